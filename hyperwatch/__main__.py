@@ -1,0 +1,3 @@
+from hyperwatch.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""HyperWatch monitor package."""

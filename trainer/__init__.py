@@ -1,0 +1,1 @@
+"""HyperWatch trainer package."""

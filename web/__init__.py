@@ -1,0 +1,1 @@
+"""HyperWatch web package."""
