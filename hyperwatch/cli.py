@@ -3,7 +3,7 @@
 Each subcommand lives with the component that owns it and is imported lazily, so
 ``hyperwatch size`` never imports FastAPI and ``hyperwatch serve`` never imports the trainer.
 A command module exposes ``build_parser(prog: str) -> argparse.ArgumentParser`` and
-``run(args: argparse.Namespace) -> int``.
+``run(args: argparse.Namespace) -> int``, and optionally ``parse_args(parser, argv)``.
 """
 
 from __future__ import annotations
@@ -49,7 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     module = importlib.import_module(COMMANDS[name][0])
     parser = module.build_parser(f"hyperwatch {name}")
-    return int(module.run(parser.parse_args(args[1:])) or 0)
+    # A command that takes free-form options (``train --model.depth 4``) parses them itself.
+    parse = getattr(module, "parse_args", None)
+    parsed = parse(parser, args[1:]) if parse is not None else parser.parse_args(args[1:])
+    return int(module.run(parsed) or 0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,151 @@
+"""Preallocated per-layer buffers that collect a logged step's sums over micro-batches.
+
+Probes add 0-d device tensors into ``sums`` (L, N_SLOTS) and expert counts into ``experts``
+(L, E_max); element counts that follow from tensor shapes alone are kept on the host in
+``host_counts`` (no device work, no synchronization). :meth:`Accumulator.pack` lays everything
+out in one flat float64 tensor, which is all-reduced once across data-parallel ranks (sums and
+counts add) and copied to the host once; :meth:`Accumulator.unpack` turns the host copy into
+per-layer values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from hooks import indicators
+
+# Device slots (sums, and counts that depend on the data).
+ATTN_Z, ATTN_Z_N, ROUTER_Z, ROUTER_Z_N, ATTN_SQ, ATTN_OUT, MLP_SQ, MLP_OUT, AUX = range(9)
+N_SLOTS = 9
+# Host slots (counts that follow from shapes).
+ATTN_ELEMS, MLP_ELEMS, AUX_N = range(3)
+N_HOST = 3
+
+
+@dataclass
+class LayerValues:
+    """One layer's indicators of one logged step; None where the layer has no such measurement."""
+
+    attention_z: float | None = None
+    router_z: float | None = None
+    attention_rms: float | None = None
+    mlp_rms: float | None = None
+    attention_outlier_ratio: float | None = None
+    mlp_outlier_ratio: float | None = None
+    max_vio: float | None = None
+    aux_loss: float | None = None
+    expert_counts: list[float] = field(default_factory=list)
+
+    def items(self) -> list[tuple[str, float]]:
+        out = []
+        for name in (
+            "attention_z",
+            "router_z",
+            "attention_rms",
+            "mlp_rms",
+            "attention_outlier_ratio",
+            "mlp_outlier_ratio",
+            "max_vio",
+            "aux_loss",
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                out.append((name, value))
+        return out
+
+
+class Accumulator:
+    """Sums of one logged step for ``n_layers`` layers, ``n_experts[l]`` routed experts each."""
+
+    def __init__(self, n_layers: int, n_experts: list[int], device: torch.device) -> None:
+        if n_layers < 1:
+            raise ValueError("Accumulator: n_layers must be >= 1; the adapter found no layer to measure")
+        if len(n_experts) != n_layers:
+            raise ValueError(f"Accumulator: n_experts has {len(n_experts)} entries; expected {n_layers}")
+        self.n_layers = n_layers
+        self.n_experts = list(n_experts)
+        self.device = device
+        self.sums = torch.zeros((n_layers, N_SLOTS), dtype=torch.float64, device=device)
+        self.experts = torch.zeros((n_layers, max(1, max(n_experts))), dtype=torch.float64, device=device)
+        self.host_counts = np.zeros((n_layers, N_HOST), dtype=np.int64)
+
+    # -- what probes call (on the training thread, inside forward, armed steps only) --
+    def add_attention_lse(self, layer: int, lse: torch.Tensor) -> None:
+        total, n = indicators.z_sums(lse)
+        self.sums[layer, ATTN_Z].add_(total)
+        self.sums[layer, ATTN_Z_N].add_(n)
+
+    def add_router_logits(self, layer: int, logits: torch.Tensor) -> None:
+        total, n = indicators.z_sums(indicators.router_lse(logits))
+        self.sums[layer, ROUTER_Z].add_(total)
+        self.sums[layer, ROUTER_Z_N].add_(n)
+
+    def add_branch(self, layer: int, branch: str, output: torch.Tensor) -> None:
+        sumsq, outliers = indicators.branch_sums(output)
+        if branch == "attention":
+            self.sums[layer, ATTN_SQ].add_(sumsq)
+            self.sums[layer, ATTN_OUT].add_(outliers)
+            self.host_counts[layer, ATTN_ELEMS] += output.numel()
+        else:
+            self.sums[layer, MLP_SQ].add_(sumsq)
+            self.sums[layer, MLP_OUT].add_(outliers)
+            self.host_counts[layer, MLP_ELEMS] += output.numel()
+
+    def add_expert_counts(self, layer: int, counts: torch.Tensor) -> None:
+        n = self.n_experts[layer]
+        self.experts[layer, :n].add_(counts.detach()[:n])
+
+    def add_aux_loss(self, layer: int, aux: torch.Tensor) -> None:
+        self.sums[layer, AUX].add_(aux.detach().reshape(()))
+        self.host_counts[layer, AUX_N] += 1
+
+    # -- once per logged step --
+    def pack(self) -> torch.Tensor:
+        """Everything in one flat float64 device tensor (the all-reduce and transfer unit)."""
+        host = torch.from_numpy(self.host_counts.astype(np.float64).reshape(-1))
+        return torch.cat([self.sums.reshape(-1), self.experts.reshape(-1), host.to(self.device)])
+
+    @property
+    def packed_size(self) -> int:
+        return self.sums.numel() + self.experts.numel() + self.host_counts.size
+
+    def reset(self) -> None:
+        self.sums.zero_()
+        self.experts.zero_()
+        self.host_counts[:] = 0
+
+    def unpack(self, flat: np.ndarray) -> list[LayerValues]:
+        """Per-layer indicators from the (reduced) host copy of :meth:`pack`."""
+        L = self.n_layers
+        n_sums, n_exp = self.sums.numel(), self.experts.numel()
+        sums = flat[:n_sums].reshape(L, N_SLOTS)
+        experts = flat[n_sums : n_sums + n_exp].reshape(L, -1)
+        host = flat[n_sums + n_exp : n_sums + n_exp + L * N_HOST].reshape(L, N_HOST)
+        out = []
+        for layer in range(L):
+            s, h = sums[layer], host[layer]
+            v = LayerValues()
+            if s[ATTN_Z_N] > 0:
+                v.attention_z = float(s[ATTN_Z] / s[ATTN_Z_N])
+            if s[ROUTER_Z_N] > 0:
+                v.router_z = float(s[ROUTER_Z] / s[ROUTER_Z_N])
+            if h[ATTN_ELEMS] > 0:
+                v.attention_rms = math.sqrt(s[ATTN_SQ] / h[ATTN_ELEMS]) if s[ATTN_SQ] >= 0 else math.nan
+                v.attention_outlier_ratio = float(s[ATTN_OUT] / h[ATTN_ELEMS])
+            if h[MLP_ELEMS] > 0:
+                v.mlp_rms = math.sqrt(s[MLP_SQ] / h[MLP_ELEMS]) if s[MLP_SQ] >= 0 else math.nan
+                v.mlp_outlier_ratio = float(s[MLP_OUT] / h[MLP_ELEMS])
+            if h[AUX_N] > 0:
+                v.aux_loss = float(s[AUX] / h[AUX_N])
+            n = self.n_experts[layer]
+            if n > 0:
+                counts = [float(c) for c in experts[layer, :n]]
+                if sum(counts) > 0:
+                    v.expert_counts = counts
+                    v.max_vio = indicators.max_vio(counts)
+            out.append(v)
+        return out

@@ -1,0 +1,221 @@
+"""Adapters: where, in a given model, are each layer's attention, MLP/MoE and router modules.
+
+An adapter only *finds* modules; :mod:`hooks.probes` measures them. Families:
+
+- ``bundled``: this project's ``trainer.model.Transformer`` (``model.blocks[i].attn`` with
+  ``capture_lse``, ``.mlp`` an MLP or a ``MoE`` with ``capture``/``counts``/``aux_loss``).
+  Recognized by those attributes, without importing the trainer.
+- ``layers``: any model holding its blocks in an ``nn.ModuleList`` whose blocks have an attention
+  child (``self_attn``, ``attn``, ``attention``...) and an MLP child (``mlp``, ``feed_forward``,
+  ``block_sparse_moe``...): Hugging Face Llama, Qwen2, GPT-2, Mixtral, Qwen2-MoE, OLMoE and most
+  hand-written GPTs. An MoE router is the MLP's ``gate``/``router`` child. Attention Z comes from
+  intercepting the attention call (:mod:`hooks.intercept`).
+- ``pattern``: the user names modules by glob over qualified names
+  (``attention="*.attn", mlp="*.mlp", router="*.mlp.gate"``); the i-th match is layer i.
+
+What an adapter cannot find is returned in :attr:`ModelPlan.unavailable` with the reason and
+the fix, so the monitor reports it once instead of leaving a silent gap.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention", "attn_layer")
+MLP_NAMES = ("mlp", "block_sparse_moe", "feed_forward", "ffn", "moe", "mlp_layer")
+ROUTER_NAMES = ("gate", "router")
+
+
+class AdapterError(ValueError):
+    """The model's layers could not be found; the message says how to name them."""
+
+
+@dataclass
+class LayerSpec:
+    index: int
+    attention: nn.Module | None = None
+    mlp: nn.Module | None = None
+    router: nn.Module | None = None
+    n_experts: int = 0
+    top_k: int = 0
+    bundled: bool = False  # attention has capture_lse / mlp may be the bundled MoE
+
+
+@dataclass
+class ModelPlan:
+    family: str
+    layers: list[LayerSpec]
+    unavailable: dict[str, str] = field(default_factory=dict)  # "metric[@layer]" -> reason and fix
+
+
+def _int_attr(*objs: Any, names: tuple[str, ...]) -> int:
+    for obj in objs:
+        for name in names:
+            value = getattr(obj, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return 0
+
+
+def _router_size(router: nn.Module, mlp: nn.Module | None, model: nn.Module) -> tuple[int, int]:
+    """(routed experts, experts per token) of a router, from its attributes or the model config."""
+    config = getattr(model, "config", None)
+    n = _int_attr(router, mlp, names=("num_experts", "n_experts", "n_routed_experts", "out_features"))
+    if n == 0:
+        weight = getattr(router, "weight", None)
+        if weight is not None and getattr(weight, "ndim", 0) == 2:
+            n = int(weight.shape[0])
+    if n == 0:
+        n = _int_attr(config, names=("num_local_experts", "num_experts"))
+    k = _int_attr(router, mlp, config, names=("top_k", "num_experts_per_tok", "moe_top_k"))
+    return n, k
+
+
+def _is_bundled(model: nn.Module) -> bool:
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.ModuleList) or len(blocks) == 0:
+        return False
+    return all(hasattr(getattr(b, "attn", None), "capture_lse") and hasattr(b, "mlp") for b in blocks)
+
+
+def bundled_plan(model: nn.Module) -> ModelPlan:
+    layers = []
+    for i, block in enumerate(model.blocks):  # type: ignore[union-attr, arg-type]
+        mlp = block.mlp
+        moe = hasattr(mlp, "capture") and hasattr(mlp, "counts")
+        spec = LayerSpec(index=int(getattr(block, "layer_idx", i)), attention=block.attn, mlp=mlp, bundled=True)
+        if moe:
+            spec.router = mlp
+            spec.n_experts = int(mlp.n_experts)
+            spec.top_k = int(mlp.top_k)
+        layers.append(spec)
+    return ModelPlan("bundled", layers)
+
+
+def _child(module: nn.Module, names: tuple[str, ...], contains: tuple[str, ...]) -> nn.Module | None:
+    children = dict(module.named_children())
+    for name in names:
+        if isinstance(children.get(name), nn.Module):
+            return children[name]
+    for name, child in children.items():
+        if any(c in name.lower() for c in contains):
+            return child
+    return None
+
+
+def _find_layer_list(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
+    best: tuple[str, nn.ModuleList] | None = None
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.ModuleList) or len(module) == 0:
+            continue
+        if all(_child(b, ATTENTION_NAMES, ("attn", "attention")) is not None for b in module):
+            if best is None or len(module) > len(best[1]):
+                best = (name, module)
+    return best
+
+
+def layers_plan(model: nn.Module) -> ModelPlan:
+    found = _find_layer_list(model)
+    if found is None:
+        raise AdapterError(
+            f"{type(model).__name__}: found no nn.ModuleList of blocks with an attention child "
+            f"(named one of {list(ATTENTION_NAMES)}); name the modules with "
+            "hooks.attach(..., attention='<glob>', mlp='<glob>', router='<glob>')"
+        )
+    list_name, blocks = found
+    module = type(model).__module__
+    family = "hf" if module.startswith("transformers.") else "layers"
+    plan = ModelPlan(family, [])
+    for i, block in enumerate(blocks):
+        spec = LayerSpec(index=i)
+        spec.attention = _child(block, ATTENTION_NAMES, ("attn", "attention"))
+        spec.mlp = _child(block, MLP_NAMES, ("mlp", "ffn", "moe", "feed_forward"))
+        if spec.mlp is None:
+            plan.unavailable[f"mlp_rms@{i}"] = (
+                f"block {list_name}.{i} has no MLP child named one of {list(MLP_NAMES)}; "
+                "name it with hooks.attach(..., mlp='<glob>')"
+            )
+        else:
+            router = _child(spec.mlp, ROUTER_NAMES, ())
+            if router is not None:
+                spec.router = router
+                spec.n_experts, spec.top_k = _router_size(router, spec.mlp, model)
+        plan.layers.append(spec)
+    return plan
+
+
+def _matches(model: nn.Module, pattern: str, field_name: str) -> list[nn.Module]:
+    if not isinstance(pattern, str) or not pattern:
+        raise AdapterError(f"{field_name}: must be a non-empty glob over module names, e.g. '*.attn'")
+    found = [m for name, m in model.named_modules() if name and fnmatch.fnmatchcase(name, pattern)]
+    if not found:
+        names = [n for n, _ in model.named_modules() if n][:12]
+        raise AdapterError(
+            f"{field_name}={pattern!r} matches no module; module names look like {names}; "
+            "fix the glob ('*' matches across dots)"
+        )
+    return found
+
+
+def pattern_plan(
+    model: nn.Module,
+    attention: str | None,
+    mlp: str | None,
+    router: str | None,
+    top_k: int | None = None,
+) -> ModelPlan:
+    """Layers from user globs; the i-th match of each pattern belongs to layer i."""
+    attn_mods = _matches(model, attention, "attention") if attention is not None else []
+    mlp_mods = _matches(model, mlp, "mlp") if mlp is not None else []
+    router_mods = _matches(model, router, "router") if router is not None else []
+    if not (attn_mods or mlp_mods or router_mods):
+        raise AdapterError("attention, mlp, router: give at least one glob to measure")
+    n_layers = max(len(attn_mods), len(mlp_mods), len(router_mods))
+    plan = ModelPlan("pattern", [LayerSpec(index=i) for i in range(n_layers)])
+    for i, m in enumerate(attn_mods):
+        plan.layers[i].attention = m
+    for i, m in enumerate(mlp_mods):
+        plan.layers[i].mlp = m
+    for i, m in enumerate(router_mods):
+        spec = plan.layers[i]
+        spec.router = m
+        spec.n_experts, k = _router_size(m, spec.mlp, model)
+        spec.top_k = top_k if top_k is not None else k
+    if attention is None:
+        plan.unavailable["attention_z"] = "no attention glob given; pass hooks.attach(..., attention='<glob>')"
+        plan.unavailable["attention_rms"] = plan.unavailable["attention_z"]
+    if mlp is None:
+        plan.unavailable["mlp_rms"] = "no mlp glob given; pass hooks.attach(..., mlp='<glob>')"
+    return plan
+
+
+def discover(
+    model: nn.Module,
+    adapter: str = "auto",
+    attention: str | None = None,
+    mlp: str | None = None,
+    router: str | None = None,
+    top_k: int | None = None,
+) -> ModelPlan:
+    """The plan for ``model``: patterns win when given; else the bundled model, else a layer list."""
+    if adapter not in ("auto", "bundled", "layers", "pattern"):
+        raise AdapterError(f"adapter: unknown {adapter!r}; use 'auto', 'bundled', 'layers' or 'pattern'")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise AdapterError(f"top_k: must be a positive integer (experts per token), got {top_k!r}")
+    if adapter == "pattern" or (adapter == "auto" and any(p is not None for p in (attention, mlp, router))):
+        return pattern_plan(model, attention, mlp, router, top_k)
+    if adapter == "bundled" or (adapter == "auto" and _is_bundled(model)):
+        if not _is_bundled(model):
+            raise AdapterError(
+                "adapter='bundled': the model has no .blocks with .attn.capture_lse; use adapter='auto'"
+            )
+        return bundled_plan(model)
+    plan = layers_plan(model)
+    if top_k is not None:
+        for spec in plan.layers:
+            spec.top_k = top_k
+    return plan

@@ -1,0 +1,225 @@
+"""Probes: the module hooks that feed an :class:`~hooks.accumulate.Accumulator`.
+
+Every hook first asks the shared :class:`Gate` whether this forward counts: the step must be a
+logged one (armed), autograd must be recording (validation passes under ``no_grad`` are not
+training), and we must not be inside a backward pass (activation checkpointing re-runs forwards
+there; counting them would count a micro-batch twice). On other steps a hook returns at once,
+and the capture flags of the bundled model are off, so its kernels do no extra work.
+
+Hooks never modify inputs or outputs and compute under ``no_grad`` on detached tensors, so the
+model's outputs and gradients are bit-identical with and without them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from hooks import indicators
+from hooks.accumulate import Accumulator
+from hooks.intercept import AttentionZMode
+
+log = logging.getLogger(__name__)
+
+Report = Callable[[str, str], None]
+"""report(key, reason): a metric could not be measured; the monitor logs it once."""
+
+
+def _in_backward() -> bool:
+    fn = getattr(torch._C, "_current_graph_task_id", None)
+    return fn is not None and fn() != -1
+
+
+class Gate:
+    """Whether the current forward is measured."""
+
+    def __init__(self) -> None:
+        self.armed = False
+
+    def active(self) -> bool:
+        return self.armed and torch.is_grad_enabled() and not _in_backward()
+
+
+def _first_tensor(output: Any) -> torch.Tensor | None:
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    return None
+
+
+class Probe:
+    """Owns its hook handles; ``arm`` switches any capture flag of the measured module."""
+
+    def __init__(self, acc: Accumulator, gate: Gate, layer: int) -> None:
+        self.acc = acc
+        self.gate = gate
+        self.layer = layer
+        self.handles: list[RemovableHandle] = []
+
+    def arm(self, on: bool) -> None:
+        return None
+
+    def remove(self) -> None:
+        self.arm(False)
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+
+
+class BranchProbe(Probe):
+    """RMS and 5-sigma outliers of a branch output (attention or mlp), from a forward hook."""
+
+    def __init__(self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module, branch: str) -> None:
+        super().__init__(acc, gate, layer)
+        self.branch = branch
+        self.handles.append(module.register_forward_hook(self._hook))
+
+    def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
+        if not self.gate.active():
+            return
+        out = _first_tensor(output)
+        if out is not None and out.dim() >= 1 and out.numel() > 0:
+            with torch.no_grad():
+                self.acc.add_branch(self.layer, self.branch, out)
+
+
+class KernelLseProbe(Probe):
+    """Attention Z of the bundled model: the kernel's own LSE (``capture_lse`` -> ``.lse``)."""
+
+    def __init__(self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module, report: Report) -> None:
+        super().__init__(acc, gate, layer)
+        self.module = module
+        self.report = report
+        self.handles.append(module.register_forward_hook(self._hook))
+
+    def arm(self, on: bool) -> None:
+        self.module.capture_lse = on
+
+    def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
+        if not self.gate.active():
+            return
+        lse = getattr(module, "lse", None)
+        if isinstance(lse, torch.Tensor):
+            self.acc.add_attention_lse(self.layer, lse)
+        else:
+            self.report(f"attention_z@{self.layer}", "the attention module set capture_lse but kept no .lse")
+
+
+class InterceptProbe(Probe):
+    """Attention Z of any attention module, by intercepting its SDPA or softmax call."""
+
+    def __init__(
+        self,
+        acc: Accumulator,
+        gate: Gate,
+        layer: int,
+        module: nn.Module,
+        report: Report,
+        chunk_elements: int,
+    ) -> None:
+        super().__init__(acc, gate, layer)
+        self.report = report
+        self.mode = AttentionZMode(self._sink, chunk_elements)
+        self._entered: list[bool] = []
+        self.handles.append(module.register_forward_pre_hook(self._pre))
+        self.handles.append(module.register_forward_hook(self._post, always_call=True))
+
+    def _sink(self, lse: torch.Tensor) -> None:
+        self.acc.add_attention_lse(self.layer, lse)
+
+    def _pre(self, module: nn.Module, args: Any) -> None:
+        enter = self.gate.active() and not self._entered_any()
+        self._entered.append(enter)
+        if enter:
+            self.mode.seen = 0
+            self.mode.begin()
+            self.mode.__enter__()
+
+    def _entered_any(self) -> bool:
+        return any(self._entered)
+
+    def _post(self, module: nn.Module, args: Any, output: Any) -> None:
+        if not self._entered:
+            return
+        if self._entered.pop():
+            self.mode.__exit__(None, None, None)
+            if self.mode.seen == 0:
+                self.report(
+                    f"attention_z@{self.layer}",
+                    f"{type(module).__name__} called neither torch.nn.functional.scaled_dot_product_attention "
+                    "nor a 4-D softmax over the last dimension; its attention Z cannot be intercepted",
+                )
+
+
+class RouterProbe(Probe):
+    """Router Z and expert counts of a router module.
+
+    Its output may be the logits (an ``nn.Linear``; the top-k choice is then recomputed from
+    them) or a tuple ``(logits, scores, indices)`` as Hugging Face's Top-K routers return.
+    """
+
+    def __init__(
+        self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module, n_experts: int, top_k: int, report: Report
+    ) -> None:
+        super().__init__(acc, gate, layer)
+        self.n_experts = n_experts
+        self.top_k = top_k
+        self.report = report
+        self.handles.append(module.register_forward_hook(self._hook))
+
+    def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
+        if not self.gate.active():
+            return
+        logits = _first_tensor(output)
+        if logits is None:
+            self.report(f"router_z@{self.layer}", f"{type(module).__name__} returned no logits tensor")
+            return
+        with torch.no_grad():
+            logits = logits.reshape(-1, logits.shape[-1])
+            self.acc.add_router_logits(self.layer, logits)
+            indices = None
+            if isinstance(output, (tuple, list)) and len(output) >= 3:
+                cand = output[2]
+                if isinstance(cand, torch.Tensor) and not cand.is_floating_point():
+                    indices = cand
+            if indices is None and self.top_k > 0:
+                indices = logits.topk(self.top_k, dim=-1).indices
+            if indices is None:
+                self.report(
+                    f"max_vio@{self.layer}",
+                    "the router's experts-per-token is unknown; pass hooks.attach(..., top_k=K)",
+                )
+            elif self.n_experts > 0:
+                self.acc.add_expert_counts(self.layer, indicators.expert_counts(indices, self.n_experts))
+
+
+class BundledMoEProbe(Probe):
+    """Router Z, expert counts and aux loss of the bundled ``MoE`` (``capture`` -> ``.router_logits``)."""
+
+    def __init__(self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module) -> None:
+        super().__init__(acc, gate, layer)
+        self.module = module
+        self.handles.append(module.register_forward_hook(self._hook))
+
+    def arm(self, on: bool) -> None:
+        self.module.capture = on
+
+    def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
+        if not self.gate.active():
+            return
+        with torch.no_grad():
+            logits = getattr(module, "router_logits", None)
+            if isinstance(logits, torch.Tensor):
+                self.acc.add_router_logits(self.layer, logits)
+            counts = getattr(module, "counts", None)
+            if isinstance(counts, torch.Tensor):
+                self.acc.add_expert_counts(self.layer, counts)
+            aux = getattr(module, "aux_loss", None)
+            if isinstance(aux, torch.Tensor):
+                self.acc.add_aux_loss(self.layer, aux)

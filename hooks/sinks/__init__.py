@@ -1,0 +1,9 @@
+"""Sinks: memory (tests), JSONL folder (offline), HTTP with an on-disk spool; fanned out."""
+
+from __future__ import annotations
+
+from hooks.sinks.base import RUN_FIELDS, FanOut, MemorySink, RunInfo, Sink, SinkError
+from hooks.sinks.http import HttpSink
+from hooks.sinks.jsonl import JsonlSink
+
+__all__ = ["RUN_FIELDS", "FanOut", "HttpSink", "JsonlSink", "MemorySink", "RunInfo", "Sink", "SinkError"]

@@ -1,0 +1,158 @@
+"""The sink interface: where batches of points go. One small interface, fanned out.
+
+A sink receives the run's metadata once (:meth:`Sink.start`), then batches (:meth:`Sink.write`),
+then the run's final status (:meth:`Sink.finish`), and is closed once. ``write`` must return
+quickly: it runs on the monitor's emitter thread, never on the network's time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from hooks.schema import Batch, Point, validate_run_name
+
+log = logging.getLogger(__name__)
+
+RUN_FIELDS = frozenset(
+    {
+        "project",
+        "group",
+        "tags",
+        "status",
+        "depth",
+        "width",
+        "params",
+        "active_params",
+        "tokens",
+        "flops",
+        "lr",
+        "optimizer",
+        "parameterization",
+    }
+)
+"""Run fields the service accepts beside ``name`` and ``config`` (POST /api/v1/runs)."""
+
+RUN_STATUSES = frozenset({"running", "finished", "failed", "crashed", "killed"})
+
+
+class SinkError(ValueError):
+    """A sink was configured wrongly; the message names the argument and the fix."""
+
+
+@dataclass
+class RunInfo:
+    """What the service needs to create a run: its name, config and scale fields."""
+
+    name: str
+    config: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_run_name(self.name)
+        unknown = set(self.fields) - RUN_FIELDS
+        if unknown:
+            raise SinkError(f"run fields {sorted(unknown)} are unknown; allowed: {sorted(RUN_FIELDS)}")
+        status = self.fields.get("status")
+        if status is not None and status not in RUN_STATUSES:
+            raise SinkError(f"status: {status!r} is not one of {sorted(RUN_STATUSES)}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "config": self.config, **self.fields}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str = "run.json") -> RunInfo:
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            raise SinkError(f"{where}: must be an object with a string 'name'")
+        config = obj.get("config") or {}
+        if not isinstance(config, dict):
+            raise SinkError(f"{where}: 'config' must be an object")
+        fields = {k: v for k, v in obj.items() if k not in ("name", "config")}
+        return cls(name=obj["name"], config=config, fields=fields)
+
+
+class Sink:
+    """Base sink: every method but ``write`` is optional."""
+
+    def start(self, run: RunInfo) -> None:
+        return None
+
+    def write(self, batch: Batch) -> None:
+        raise NotImplementedError
+
+    def finish(self, status: str) -> None:
+        return None
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until what was written is delivered; False if it is not after ``timeout`` seconds."""
+        return True
+
+    def close(self) -> None:
+        return None
+
+
+class FanOut(Sink):
+    """Sends everything to several sinks; a failing sink is logged and never stops the others."""
+
+    def __init__(self, sinks: list[Sink]) -> None:
+        self.sinks = list(sinks)
+
+    def _each(self, method: str, *args: Any) -> list[Any]:
+        results = []
+        for sink in self.sinks:
+            try:
+                results.append(getattr(sink, method)(*args))
+            except Exception:  # a sink must never take training down
+                log.exception("hooks: sink %s.%s failed", type(sink).__name__, method)
+                results.append(None)
+        return results
+
+    def start(self, run: RunInfo) -> None:
+        self._each("start", run)
+
+    def write(self, batch: Batch) -> None:
+        self._each("write", batch)
+
+    def finish(self, status: str) -> None:
+        self._each("finish", status)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return all(r is not False for r in self._each("flush", timeout))
+
+    def close(self) -> None:
+        self._each("close")
+
+
+class MemorySink(Sink):
+    """Keeps everything in memory (tests, notebooks)."""
+
+    def __init__(self) -> None:
+        self.runs: list[RunInfo] = []
+        self.batches: list[Batch] = []
+        self.statuses: list[str] = []
+        self.closed = False
+        self._lock = threading.Lock()
+
+    def start(self, run: RunInfo) -> None:
+        self.runs.append(run)
+
+    def write(self, batch: Batch) -> None:
+        with self._lock:
+            self.batches.append(batch)
+
+    def finish(self, status: str) -> None:
+        self.statuses.append(status)
+
+    def close(self) -> None:
+        self.closed = True
+
+    @property
+    def points(self) -> list[Point]:
+        with self._lock:
+            return [p for b in self.batches for p in b.points]
+
+    def values(self, name: str, layer: int | None = None) -> dict[int, float]:
+        """step -> value of one metric (one layer, or run-level when layer is None)."""
+        return {p.step: p.value for p in self.points if p.name == name and p.layer == layer}

@@ -1,0 +1,91 @@
+"""A minimal JSON-over-HTTP client on the standard library (urllib), for the sink and upload.
+
+Status codes decide what happens next (:func:`classify`): 2xx delivered; 404 the run is unknown
+(create it again); 408/425/429/5xx and connection errors are retried with backoff, honouring
+``Retry-After``; 401/403 is a token problem (retried slowly: nothing is dropped); any other 4xx
+means the service refused the content, which no retry can fix.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+DELIVERED, UNKNOWN_RUN, RETRY, AUTH, REFUSED = "delivered", "unknown_run", "retry", "auth", "refused"
+
+
+@dataclass
+class Response:
+    status: int  # 0 when no HTTP answer came back (connection refused, timeout, reset)
+    body: Any
+    retry_after: float | None = None
+    error: str = ""
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        when = email.utils.parsedate_to_datetime(value)
+        return max(0.0, when.timestamp() - time.time()) if when else None
+
+
+def request(
+    method: str,
+    url: str,
+    body: Any = None,
+    token: str | None = None,
+    timeout: float = 10.0,
+    idempotency_key: str | None = None,
+) -> Response:
+    """One HTTP request with a JSON body; never raises for network or HTTP errors."""
+    data = None if body is None else json.dumps(body, allow_nan=False).encode("utf-8")
+    headers = {"Accept": "application/json"}
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    if idempotency_key:
+        headers["Idempotency-Key"] = idempotency_key
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return Response(resp.status, _json(resp.read()))
+    except urllib.error.HTTPError as exc:
+        payload = _json(exc.read())
+        return Response(exc.code, payload, _retry_after(exc.headers.get("Retry-After")), str(payload))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return Response(0, None, None, f"{type(exc).__name__}: {exc}")
+
+
+def _json(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return raw[:500].decode("utf-8", "replace")
+
+
+def classify(resp: Response) -> str:
+    s = resp.status
+    if 200 <= s < 300:
+        return DELIVERED
+    if s == 404:
+        return UNKNOWN_RUN
+    if s in (401, 403):
+        return AUTH
+    if s == 0 or s in (408, 425, 429) or s >= 500:
+        return RETRY
+    return REFUSED
+
+
+def api(base: str, path: str) -> str:
+    return base.rstrip("/") + path

@@ -1,0 +1,95 @@
+"""The on-disk layout shared by the JSONL sink, the HTTP spool and ``hyperwatch upload``.
+
+One folder per run, named after the run::
+
+    <root>/<run>/run.json          the run's metadata (RunInfo JSON), "status" updated at the end
+    <root>/<run>/batches.jsonl     JSONL sink: one wire-format batch per line, appended
+    <root>/<run>/pending/*.json    HTTP spool: one batch per file, deleted once acknowledged
+    <root>/<run>/status.json       HTTP spool: a final status not yet acknowledged
+    <root>/<run>/rejected/*.json   HTTP spool: batches the service refused as invalid (kept)
+
+Files are written to a temporary name and renamed, so a crash leaves either the old or the new
+file, never half of one. A JSONL line cut by a crash is skipped with a warning when read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from hooks.schema import Batch, Point, SchemaError, validate_run_name
+
+log = logging.getLogger(__name__)
+
+RUN_FILE = "run.json"
+JSONL_FILE = "batches.jsonl"
+PENDING_DIR = "pending"
+REJECTED_DIR = "rejected"
+STATUS_FILE = "status.json"
+
+
+def write_json_atomic(path: Path, obj: Any, fsync: bool = False) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, allow_nan=False, separators=(",", ":"))
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def run_folder(root: str | os.PathLike[str], run: str) -> Path:
+    return Path(root) / validate_run_name(run)
+
+
+def find_run_folders(root: Path) -> list[Path]:
+    """``root`` itself when it is a run folder, else its children that are."""
+    if (root / RUN_FILE).is_file():
+        return [root]
+    return sorted(p for p in root.iterdir() if p.is_dir() and (p / RUN_FILE).is_file())
+
+
+def iter_jsonl(path: Path) -> Iterator[Batch]:
+    """Batches of a JSONL file; a line cut short by a crash (the last one) is skipped with a warning."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                log.warning("%s:%d: not valid JSON (cut short by a crash?); skipped", path, lineno)
+                continue
+            try:
+                yield Batch.from_json(obj)
+            except SchemaError as exc:
+                log.warning("%s:%d: %s; skipped", path, lineno, exc)
+
+
+def pending_files(folder: Path) -> list[Path]:
+    pending = folder / PENDING_DIR
+    if not pending.is_dir():
+        return []
+    return sorted(p for p in pending.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
+
+
+def merge(batches: list[Batch]) -> Batch:
+    """One batch of several, with an idempotency key derived from theirs (same set, same key)."""
+    if len(batches) == 1:
+        return batches[0]
+    runs = {b.run for b in batches}
+    if len(runs) != 1:
+        raise ValueError(f"merge: batches of several runs {sorted(runs)}; merge one run at a time")
+    digest = hashlib.sha256("+".join(b.batch_id for b in batches).encode()).hexdigest()[:32]
+    points: list[Point] = [p for b in batches for p in b.points]
+    return Batch(run=batches[0].run, points=points, batch_id=f"m{digest}")

@@ -1,0 +1,294 @@
+"""The HTTP sink: batches go to an on-disk spool first, a background thread delivers them.
+
+Losing nothing:
+
+- ``write`` only writes the batch to ``<spool>/<run>/pending/`` (atomic rename) and wakes the
+  sender thread; the training thread never waits on the network.
+- The sender creates the run once (POST /api/v1/runs, retried), then posts pending batches in
+  order, several merged per request, each request carrying an idempotency key (``batch_id`` in
+  the body and the ``Idempotency-Key`` header), so a retried request is stored once. A batch file
+  is deleted only after the service acknowledged it (2xx).
+- Connection errors, 5xx, 429 and 503 (with ``Retry-After``) are retried with exponential
+  backoff; 404 means the service forgot the run: it is created again. A batch the service refuses
+  as invalid (other 4xx) is moved to ``rejected/`` and logged, never deleted.
+- If the process dies, the spool stays: the next ``HttpSink`` on the same spool and run resends
+  it, or ``hyperwatch upload <spool> --server URL`` replays it.
+- The final status (``finish``) is spooled too and PATCHed after the last batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+from hooks.schema import Batch, SchemaError
+from hooks.sinks import client
+from hooks.sinks.base import RunInfo, Sink, SinkError
+from hooks.sinks.folder import (
+    PENDING_DIR,
+    REJECTED_DIR,
+    RUN_FILE,
+    STATUS_FILE,
+    merge,
+    pending_files,
+    read_json,
+    run_folder,
+    write_json_atomic,
+)
+
+log = logging.getLogger(__name__)
+
+
+def default_spool() -> Path:
+    return Path(os.environ.get("HYPERWATCH_SPOOL") or Path.home() / ".cache" / "hyperwatch" / "spool")
+
+
+class HttpSink(Sink):
+    """Streams batches to the HyperWatch service through a spool; see the module docstring."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        spool: str | os.PathLike[str] | None = None,
+        timeout: float = 10.0,
+        max_points: int = 20_000,
+        backoff: tuple[float, float] = (0.2, 30.0),
+        close_timeout: float = 30.0,
+    ) -> None:
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise SinkError(f"sink: {url!r} is not an http(s) URL; pass e.g. sink='http://localhost:8000'")
+        if not (0 < backoff[0] <= backoff[1]):
+            raise SinkError(f"backoff: {backoff!r} must be (first, max) seconds with 0 < first <= max")
+        if max_points < 1:
+            raise SinkError(f"max_points: must be >= 1, got {max_points}")
+        self.url = url.rstrip("/")
+        self.token = token if token is not None else os.environ.get("HYPERWATCH_TOKEN")
+        self.spool = Path(spool) if spool is not None else default_spool()
+        self.timeout = timeout
+        self.max_points = max_points
+        self.backoff = backoff
+        self.close_timeout = close_timeout
+        self.folder: Path | None = None
+        self.run: RunInfo | None = None
+        self.run_id: str | None = None
+        self.delivered = 0  # batches acknowledged
+        self.last_error = ""
+        self._seq = 0
+        self._single = False  # after a refused merged request, send batches one by one
+        self._failing = False
+        self._delay = 0.0
+        self._idle = threading.Event()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._write_lock = threading.Lock()
+        self._generation = 0  # bumped by every write/finish: the sender is idle only if unchanged
+
+    # -- Sink interface (called by the monitor's emitter thread) --
+    def start(self, run: RunInfo) -> None:
+        folder = run_folder(self.spool, run.name)
+        try:
+            (folder / PENDING_DIR).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SinkError(f"spool: cannot create {folder}: {exc}; pass a writable spool=... folder") from exc
+        write_json_atomic(folder / RUN_FILE, run.to_json())
+        existing = pending_files(folder)
+        if existing:
+            log.info("hooks: %d batches left in the spool %s by an earlier process; resending", len(existing), folder)
+            self._seq = int(existing[-1].name.split("-", 1)[0]) + 1
+        self.folder, self.run = folder, run
+        self._thread = threading.Thread(target=self._loop, name="hyperwatch-http-sink", daemon=True)
+        self._thread.start()
+
+    def write(self, batch: Batch) -> None:
+        folder = self._require_started()
+        with self._write_lock:
+            name = f"{self._seq:012d}-{batch.batch_id}.json"
+            self._seq += 1
+        write_json_atomic(folder / PENDING_DIR / name, batch.to_json())
+        self._touch()
+
+    def finish(self, status: str) -> None:
+        folder = self._require_started()
+        write_json_atomic(folder / STATUS_FILE, {"status": status})
+        meta = read_json(folder / RUN_FILE)
+        meta["status"] = status
+        write_json_atomic(folder / RUN_FILE, meta)
+        self._touch()
+
+    def _touch(self) -> None:
+        with self._write_lock:
+            self._generation += 1
+            self._idle.clear()
+        self._wake.set()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        if self._thread is None:
+            return True
+        self._wake.set()
+        return self._idle.wait(timeout)
+
+    def close(self) -> None:
+        if self._thread is None:
+            return
+        done = self.flush(self.close_timeout)
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=self.timeout + 1.0)
+        self._thread = None
+        if not done and self.folder is not None:
+            left = len(pending_files(self.folder))
+            log.warning(
+                "hooks: %d batches not yet delivered stay in %s (last error: %s); replay them with "
+                "'hyperwatch upload %s --server %s'",
+                left,
+                self.folder,
+                self.last_error or "none",
+                self.spool,
+                self.url,
+            )
+
+    # -- the sender thread --
+    def _require_started(self) -> Path:
+        if self.folder is None:
+            raise SinkError("HttpSink: start(run) was not called; the monitor calls it in attach()")
+        return self.folder
+
+    def _loop(self) -> None:
+        while True:
+            generation = self._generation
+            try:
+                state = self._step()
+            except Exception as exc:  # the sender must survive anything; the spool keeps the data
+                log.exception("hooks: HTTP sink error; retrying")
+                self.last_error = repr(exc)
+                state = "wait"
+            if state == "progress":
+                continue
+            if state == "idle":
+                with self._write_lock:
+                    if generation == self._generation:
+                        self._idle.set()
+                if self._stop.is_set():
+                    return
+                self._wake.wait(1.0)
+            else:
+                if self._stop.is_set():
+                    return
+                self._wake.wait(self._next_delay())
+            self._wake.clear()
+
+    def _next_delay(self) -> float:
+        first, most = self.backoff
+        self._delay = min(most, self._delay * 2 if self._delay else first)
+        return self._delay * random.uniform(0.8, 1.2)
+
+    def _fail(self, what: str, resp: client.Response) -> str:
+        self.last_error = f"{what}: HTTP {resp.status or 'no answer'} {resp.error}".strip()
+        if not self._failing:
+            log.warning("hooks: %s; the spool keeps every batch and the sink keeps retrying", self.last_error)
+            self._failing = True
+        if resp.retry_after is not None:
+            self._delay = max(self.backoff[0], min(resp.retry_after, 60.0)) / 2
+        return "wait"
+
+    def _ok(self) -> str:
+        if self._failing:
+            log.info("hooks: the service answers again; resending the spool")
+        self._failing = False
+        self._delay = 0.0
+        return "progress"
+
+    def _step(self) -> str:
+        assert self.folder is not None and self.run is not None
+        if self.run_id is None:
+            resp = client.request("POST", client.api(self.url, "/api/v1/runs"), self.run.to_json(), self.token, self.timeout)
+            kind = client.classify(resp)
+            if kind != client.DELIVERED:
+                if kind == client.REFUSED:
+                    log.error("hooks: the service refused run %r: %s", self.run.name, resp.body)
+                return self._fail("creating the run", resp)
+            body = resp.body if isinstance(resp.body, dict) else {}
+            self.run_id = str(body.get("id", self.run.name))
+            return self._ok()
+        files = pending_files(self.folder)
+        if files:
+            return self._send(files)
+        status_file = self.folder / STATUS_FILE
+        if status_file.is_file():
+            status = read_json(status_file)
+            resp = client.request(
+                "PATCH", client.api(self.url, f"/api/v1/runs/{self.run_id}"), status, self.token, self.timeout
+            )
+            kind = client.classify(resp)
+            if kind == client.DELIVERED or kind == client.REFUSED:
+                if kind == client.REFUSED:
+                    log.error("hooks: the service refused the run status %s: %s", status, resp.body)
+                status_file.unlink(missing_ok=True)
+                return self._ok()
+            if kind == client.UNKNOWN_RUN:
+                self.run_id = None
+            return self._fail("setting the run status", resp)
+        return "idle"
+
+    def _load(self, files: list[Path]) -> tuple[list[Path], list[Batch]]:
+        chosen: list[Path] = []
+        batches: list[Batch] = []
+        n = 0
+        for path in files:
+            try:
+                batch = Batch.from_json(read_json(path))
+            except (OSError, ValueError, SchemaError) as exc:
+                self._reject(path, f"unreadable spool file: {exc}")
+                continue
+            if batches and (self._single or n + len(batch.points) > self.max_points):
+                break
+            chosen.append(path)
+            batches.append(batch)
+            n += len(batch.points)
+        return chosen, batches
+
+    def _reject(self, path: Path, why: str) -> None:
+        assert self.folder is not None
+        rejected = self.folder / REJECTED_DIR
+        rejected.mkdir(exist_ok=True)
+        os.replace(path, rejected / path.name)
+        log.error("hooks: batch %s moved to %s: %s", path.name, rejected, why)
+
+    def _send(self, files: list[Path]) -> str:
+        chosen, batches = self._load(files)
+        if not batches:
+            return "progress"
+        batch = merge(batches)
+        resp = client.request(
+            "POST",
+            client.api(self.url, "/api/v1/points"),
+            batch.to_json(),
+            self.token,
+            self.timeout,
+            idempotency_key=batch.batch_id,
+        )
+        kind = client.classify(resp)
+        if kind == client.DELIVERED:
+            for path in chosen:
+                path.unlink(missing_ok=True)
+            self.delivered += len(chosen)
+            self._single = False
+            return self._ok()
+        if kind == client.REFUSED:
+            if len(chosen) > 1:
+                self._single = True  # find the one the service refuses
+                return "progress"
+            self._reject(chosen[0], f"the service refused it: HTTP {resp.status} {resp.body}")
+            self._single = False
+            return "progress"
+        if kind == client.UNKNOWN_RUN:
+            self.run_id = None
+        elif kind == client.AUTH and not self._failing:
+            log.error("hooks: the service refused the token (HTTP %s); set HYPERWATCH_TOKEN", resp.status)
+        return self._fail("posting points", resp)

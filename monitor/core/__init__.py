@@ -1,0 +1,1 @@
+"""Service-wide configuration and domain errors."""

@@ -1,0 +1,83 @@
+"""Service settings, read from the environment with the prefix ``HYPERWATCH_``.
+
+One :class:`Settings` object is built at start-up and handed to :func:`monitor.main.create_app`.
+Outside dev mode it refuses to start with a missing or placeholder write token (and a placeholder
+read token): a monitoring service reachable on a network must not accept anonymous writes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from hooks.schema import MAX_POINTS_PER_BATCH
+
+PLACEHOLDER_SECRETS = frozenset({"", "changethis", "changeme", "change-me", "secret", "password", "token", "dev"})
+MIN_TOKEN_LENGTH = 16
+DEFAULT_DATABASE_URL = "sqlite:///./hyperwatch.db"
+
+
+class Settings(BaseSettings):
+    """Environment: HYPERWATCH_DATABASE_URL, HYPERWATCH_WRITE_TOKEN, HYPERWATCH_READ_TOKEN, ..."""
+
+    model_config = SettingsConfigDict(env_prefix="HYPERWATCH_", extra="ignore", validate_default=True)
+
+    database_url: str = Field(
+        DEFAULT_DATABASE_URL,
+        description="SQLAlchemy URL: sqlite:///path.db (default) or postgresql+psycopg://user@host/db",
+    )
+    write_token: str | None = Field(None, description="bearer token required for ingestion and run changes")
+    read_token: str | None = Field(None, description="optional bearer token required for reads")
+    dev_mode: bool = Field(False, description="allow a missing or placeholder token (local use only)")
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="allowed CORS origins, comma separated; empty = CORS closed"
+    )
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    max_points_per_batch: int = Field(MAX_POINTS_PER_BATCH, ge=1, le=MAX_POINTS_PER_BATCH)
+    max_buckets: int = Field(10_000, ge=10, le=100_000, description="largest N of a downsampled series")
+    max_compare_runs: int = Field(200, ge=1, le=10_000)
+    max_page_size: int = Field(1000, ge=1, le=100_000)
+    check_schema: bool = Field(True, description="refuse to start on an out-of-date schema")
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [o.strip() for o in value.split(",") if o.strip()]
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if not value.startswith(("sqlite:", "postgresql")):
+            raise ValueError(
+                f"HYPERWATCH_DATABASE_URL {value!r} is not supported; use sqlite:///path.db "
+                "or postgresql+psycopg://user@host:5432/dbname"
+            )
+        if value.startswith("postgresql://") or value.startswith("postgres://"):
+            raise ValueError(
+                f"HYPERWATCH_DATABASE_URL {value!r} names no driver; write postgresql+psycopg://... "
+                "(psycopg 3 is the installed driver)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _refuse_placeholders(self) -> Settings:
+        if self.dev_mode:
+            return self
+        hint = (
+            "set it to a random secret of at least 16 characters, e.g. "
+            "python -c 'import secrets; print(secrets.token_urlsafe(32))', or run with --dev "
+            "(HYPERWATCH_DEV_MODE=1) for local use"
+        )
+        if self.write_token is None or _is_placeholder(self.write_token):
+            raise ValueError(f"HYPERWATCH_WRITE_TOKEN is missing or a placeholder; {hint}")
+        if self.read_token is not None and _is_placeholder(self.read_token):
+            raise ValueError(f"HYPERWATCH_READ_TOKEN is a placeholder; {hint}, or leave it unset for open reads")
+        return self
+
+
+def _is_placeholder(token: str) -> bool:
+    return token.strip().lower() in PLACEHOLDER_SECRETS or len(token) < MIN_TOKEN_LENGTH

@@ -1,0 +1,75 @@
+"""Alembic driven from code: ``hyperwatch db upgrade`` works from any working directory.
+
+The migration scripts live in ``<repo>/migrations`` (next to this package); the configuration is
+built here instead of read from an ini file relative to the current directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Engine
+
+from monitor.core.errors import SchemaOutOfDateError
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def alembic_config(engine: Engine | None = None) -> Config:
+    if not (MIGRATIONS_DIR / "env.py").is_file():
+        raise FileNotFoundError(
+            f"migrations not found at {MIGRATIONS_DIR}; run from a source checkout "
+            "(pip install -e .) so that migrations/ sits next to monitor/"
+        )
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("path_separator", "os")
+    if engine is not None:
+        cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
+    return cfg
+
+
+def heads() -> list[str]:
+    return list(ScriptDirectory.from_config(alembic_config()).get_heads())
+
+
+def head_revision() -> str:
+    found = heads()
+    if len(found) != 1:
+        raise RuntimeError(f"migrations/ has {len(found)} heads {found}; merge them into one")
+    return found[0]
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    cfg = alembic_config(engine)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+def downgrade(engine: Engine, revision: str = "base") -> None:
+    cfg = alembic_config(engine)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
+
+
+def check_schema(engine: Engine) -> None:
+    """Raise :class:`SchemaOutOfDateError` unless the database is at the code's head revision."""
+    current = current_revision(engine)
+    head = head_revision()
+    if current != head:
+        url = engine.url.render_as_string(hide_password=True)
+        raise SchemaOutOfDateError(
+            f"database {url} is at schema revision {current or 'none (empty database)'} but this "
+            f"version of hyperwatch needs {head}; run: hyperwatch db upgrade --db '{url}'"
+        )

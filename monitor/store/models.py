@@ -1,0 +1,214 @@
+"""SQLAlchemy tables. Alembic (``migrations/``) owns the schema; these mirror it for queries.
+
+Sizing for 10^9 metric points (the table that matters)
+------------------------------------------------------
+``metric_points`` has no surrogate id: its primary key ``(run_id, name_id, layer, step)`` is also
+the only index every series read needs (one run, one metric, one layer, a step range), so rows are
+found by one B-tree descent plus a range scan. Keys are compact integers: metric names are interned
+in ``metric_names`` (SMALLINT id), run-level points use ``layer = -1`` instead of NULL so the key
+stays NOT NULL, ``step`` is BIGINT.
+
+PostgreSQL: heap tuple 24 B header + 4+2+2+8 key + 8 tokens + 8 value = 56 B, + 4 B line pointer;
+PK index tuple 8 B + 16 B key + 4 B pointer = 28 B. About 88 B per point, 10^9 points ~ 88 GB with
+the index ~ 28 GB. (MLflow keys its metrics by ``(key VARCHAR(250), timestamp, step, run_uuid
+VARCHAR(32), value, is_nan)``: index entries of ~100 B, its users report an 11 GiB primary key at
+10^8 rows; ours is ~2.8 GB at that size.)
+SQLite: the table is ``WITHOUT ROWID``, i.e. clustered on the primary key: the row *is* the index
+entry (varint-packed, ~20-30 B per point) and a series is a contiguous key range on disk.
+
+Non-finite values: ``value`` is an IEEE double; +Inf and -Inf are stored as themselves on both
+databases. NaN is stored as SQL NULL (``value`` is otherwise never NULL). Why not a NaN double on
+PostgreSQL: SQLite cannot store NaN (it silently turns it into NULL), so one representation on both
+databases keeps queries identical, and SQL ``min``/``max`` then skip NaN instead of PostgreSQL
+sorting NaN above +Inf and hiding every real maximum. The store maps NULL <-> NaN at its boundary;
+a partial index over non-finite points lets reads return every NaN/Inf event without a scan.
+
+``metric_rollups`` keeps min and max (with their steps) per block of 16, 256 and 4096 steps so a
+2,000-bucket read of a 10^7-point series touches ~40k rollup rows instead of 10^7 points.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NONFINITE_PREDICATE = "value IS NULL OR value > 1.7976931348623157e308 OR value < -1.7976931348623157e308"
+"""SQL true for NaN (stored as NULL), +Inf and -Inf; the same text as the partial index's WHERE."""
+
+RUN_LEVEL_LAYER = -1
+"""``layer`` of a run-level point (the wire's ``null``)."""
+
+ROLLUP_LEVELS: dict[int, int] = {1: 16, 2: 256, 3: 4096}
+"""rollup level -> block width in steps; each level is built from the one below it."""
+
+SmallId = SmallInteger().with_variant(Integer(), "sqlite")
+Double = Float(precision=53).with_variant(Float(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+
+
+class ProjectRow(Base):
+    __tablename__ = "projects"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class GroupRow(Base):
+    __tablename__ = "groups"
+    __table_args__ = (UniqueConstraint("project_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str] = mapped_column(Text, default="")
+    config: Mapped[dict] = mapped_column(JSON)
+    thresholds: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class RunRow(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        UniqueConstraint("project_id", "name"),
+        Index("ix_runs_group_id", "group_id"),
+        Index("ix_runs_status", "status"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    group_id: Mapped[int | None] = mapped_column(ForeignKey("groups.id", ondelete="SET NULL"), nullable=True)
+    name: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16))
+    config: Mapped[dict] = mapped_column(JSON)
+    summary: Mapped[dict] = mapped_column(JSON)
+    depth: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    width: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    total_params: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    active_params: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    total_steps: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    flops: Mapped[float | None] = mapped_column(Double, nullable=True)
+    lr: Mapped[float | None] = mapped_column(Double, nullable=True)
+    optimizer: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    parameterization: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    export_layers: Mapped[bool] = mapped_column(Boolean, default=False)
+    last_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    last_point_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class RunTagRow(Base):
+    __tablename__ = "run_tags"
+    __table_args__ = (Index("ix_run_tags_tag", "tag"),)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    tag: Mapped[str] = mapped_column(String(100), primary_key=True)
+
+
+class MetricNameRow(Base):
+    __tablename__ = "metric_names"
+    id: Mapped[int] = mapped_column(SmallId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+
+
+class MetricPointRow(Base):
+    __tablename__ = "metric_points"
+    __table_args__ = (
+        Index(
+            "ix_metric_points_nonfinite",
+            "run_id",
+            "name_id",
+            "layer",
+            "step",
+            sqlite_where=text(NONFINITE_PREDICATE),
+            postgresql_where=text(NONFINITE_PREDICATE),
+        ),
+        {"sqlite_with_rowid": False},
+    )
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    name_id: Mapped[int] = mapped_column(SmallId, primary_key=True)
+    layer: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    value: Mapped[float | None] = mapped_column(Double, nullable=True)
+
+
+class MetricRollupRow(Base):
+    __tablename__ = "metric_rollups"
+    __table_args__ = ({"sqlite_with_rowid": False},)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    name_id: Mapped[int] = mapped_column(SmallId, primary_key=True)
+    layer: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    level: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    block: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    n_points: Mapped[int] = mapped_column(Integer)
+    min_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    min_tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    min_value: Mapped[float | None] = mapped_column(Double, nullable=True)
+    max_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_value: Mapped[float | None] = mapped_column(Double, nullable=True)
+
+
+class SeriesLatestRow(Base):
+    """The newest point of every series: what /metrics and the run overview read."""
+
+    __tablename__ = "series_latest"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    name_id: Mapped[int] = mapped_column(SmallId, primary_key=True)
+    layer: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    step: Mapped[int] = mapped_column(BigInteger)
+    value: Mapped[float | None] = mapped_column(Double, nullable=True)
+
+
+class IngestedBatchRow(Base):
+    __tablename__ = "ingested_batches"
+    batch_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    n_points: Mapped[int] = mapped_column(Integer)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AlertEventRow(Base):
+    __tablename__ = "alert_events"
+    __table_args__ = (
+        UniqueConstraint("run_id", "rule", "name", "layer", "step"),
+        Index("ix_alert_events_created_at", "created_at"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    rule: Mapped[str] = mapped_column(String(64))
+    severity: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(128))
+    layer: Mapped[int] = mapped_column(SmallInteger)
+    step: Mapped[int] = mapped_column(BigInteger)
+    value: Mapped[float | None] = mapped_column(Double, nullable=True)
+    baseline: Mapped[float | None] = mapped_column(Double, nullable=True)
+    message: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

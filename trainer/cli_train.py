@@ -1,0 +1,67 @@
+"""``hyperwatch train [--config F] [--key value ...]``: one run of the bundled trainer.
+
+Overrides are ``--section.key value`` (``--model.depth 4``) or ``--key value`` when the key is
+unique across sections (``--depth 4``); ``--preset tiny`` starts from the CPU-sized family.
+Under torchrun every rank runs this same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from trainer.config import ConfigError, load_config
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Train one model. Options: --config FILE.toml, then any --section.key value overrides.",
+        epilog="example: hyperwatch train --preset tiny --arm hyperp_moe --depth 2 --log.sink runs/offline",
+    )
+    p.add_argument("--config", default=None, help="TOML file with [model] [optim] [data] [train] [log] tables")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    return p
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    args, rest = parser.parse_known_args(argv)
+    args.overrides = rest
+    return args
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except (ConfigError, ValueError) as exc:
+        print(f"hyperwatch train: {exc}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(json.dumps(cfg.to_dict(), indent=2))
+        return 0
+    from trainer.train import Trainer
+
+    try:
+        trainer = Trainer(cfg)
+    except (ConfigError, ValueError) as exc:
+        print(f"hyperwatch train: {exc}", file=sys.stderr)
+        return 2
+    result = trainer.fit()
+    if trainer.is_main:
+        summary = {
+            "run": result.run,
+            "steps": result.steps,
+            "tokens": result.tokens,
+            "final_loss": result.losses[-1][1] if result.losses else None,
+            "final_val_loss": result.final_val_loss,
+            "tokens_per_second": round(result.tokens_per_second, 1),
+            "attention_kernel": result.attention_kernel,
+            "params": result.size.total_params,
+            "active_params": result.size.active_params,
+            "training_flops": result.size.training_flops,
+        }
+        print(json.dumps(summary, indent=2))
+    return 0

@@ -1,0 +1,322 @@
+"""Muon, MuonH and AdamH (spec: HYPERP.md section 1).
+
+Shapes: every parameter these optimizers own is a matrix ``(out, in)`` or a batch of matrices
+``(..., out, in)`` (MoE experts ``(E, out, in)``). Leading dims are independent matrices: Newton-
+Schulz runs batched, and every norm (``c_W``, ``||G||_F``, the renormalisation) is taken per
+matrix over the last two dims, so each expert keeps its own initial norm.
+
+Invariant of MuonH and AdamH (checked by tests/trainer/test_optim.py): after every step each
+matrix's Frobenius norm equals its norm before the first step, ``c_W = ||W_0||_F``.
+
+Precision: updates are computed in ``promote(param dtype, float32)`` (float32 for bf16/fp32
+params, float64 for float64 params); Newton-Schulz itself runs in bf16 on CUDA.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from trainer.newton_schulz import NS_STEPS, newton_schulz5
+
+_NORM_EPS = 1e-12
+
+
+def _matrix_norm(x: torch.Tensor) -> torch.Tensor:
+    """Frobenius norm of each matrix in ``x`` (shape ``(..., m, n)``), kept as ``(..., 1, 1)``."""
+    return x.norm(dim=(-2, -1), keepdim=True)
+
+
+def _work_dtype(p: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(p.dtype, torch.float32)
+
+
+def _param_label(group: dict[str, Any], index: int) -> str:
+    names = group.get("param_names")
+    if isinstance(names, list) and index < len(names):
+        return f"parameter {names[index]!r}"
+    return f"parameter #{index} of group {group.get('name', '?')!r}"
+
+
+def _check_hyper(name: str, value: float, *, low: float = 0.0, high: float = math.inf) -> None:
+    if not (math.isfinite(value) and low <= value < high):
+        raise ValueError(f"{name} must be in [{low}, {high}), got {value!r}")
+
+
+def _check_matrices(params: list[torch.Tensor], optimizer: str) -> None:
+    for i, p in enumerate(params):
+        if p.ndim < 2:
+            raise ValueError(
+                f"{optimizer} only takes matrices (..., out, in); parameter #{i} has shape "
+                f"{tuple(p.shape)}: give vectors and scalars to AdamW instead"
+            )
+
+
+class _HypersphereState(torch.optim.Optimizer):
+    """Shared by MuonH and AdamH: the stored ``c_W`` and the sphere-projected weight update.
+
+    ``c_W`` lives in ``state[p]["c_W"]`` with shape ``(..., 1, 1)`` in float32 (float64 for float64
+    params); AdamH's moments use the same precision. ``torch.optim.Optimizer.load_state_dict``
+    would cast every floating state tensor to the parameter's dtype (a bf16 parameter would get
+    its norm rounded to 3 digits), so :meth:`load_state_dict` puts the saved tensors back in their
+    saved dtype: a resumed run renormalises to exactly the same radius.
+    """
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved = {
+            int(key): {name: value for name, value in entry.items() if isinstance(value, torch.Tensor)}
+            for key, entry in state_dict["state"].items()
+        }
+        super().load_state_dict(state_dict)
+        id_to_param = {
+            int(saved_id): p
+            for saved_group, group in zip(state_dict["param_groups"], self.param_groups, strict=True)
+            for saved_id, p in zip(saved_group["params"], group["params"], strict=True)
+        }
+        for key, tensors in saved.items():
+            p = id_to_param[key]
+            for name, value in tensors.items():
+                self.state[p][name] = value.detach().to(device=p.device, copy=True)
+
+    def _initial_norm(self, group: dict[str, Any], index: int, p: torch.Tensor) -> torch.Tensor:
+        state = self.state[p]
+        if "c_W" not in state:
+            c_w = _matrix_norm(p.detach().to(_work_dtype(p)))
+            if not bool(torch.all(c_w > 0)):
+                raise ValueError(
+                    f"{_param_label(group, index)} has a matrix with zero Frobenius norm at the first "
+                    f"step; {type(self).__name__} keeps each matrix at its initial norm, so initialise "
+                    f"it non-zero or give it to AdamW"
+                )
+            state["c_W"] = c_w
+        c_w_stored: torch.Tensor = state["c_W"]
+        return c_w_stored
+
+    @staticmethod
+    def _sphere_update(
+        p: torch.Tensor, direction: torch.Tensor, c_w: torch.Tensor, lr: float, weight_decay: float
+    ) -> None:
+        """``W+ = c_W * (W' - lr*G_hat) / ||W' - lr*G_hat||_F`` with ``G_hat = c_W * G/||G||_F``.
+
+        ``W' = (1 - lr*weight_decay) * W`` (decay coupled to the LR, as AdamW's). The decay only
+        shrinks W radially, and the projection removes the radial part, so its whole effect is to
+        enlarge the effective step by ``1/(1 - lr*weight_decay)``: a change of order
+        ``lr^2 * weight_decay`` (spec section 1: weight decay is a first-order no-op on the sphere).
+        """
+        dtype = _work_dtype(p)
+        w = p.detach().to(dtype)
+        if weight_decay != 0.0:
+            w = w * (1.0 - lr * weight_decay)
+        g = direction.to(dtype)
+        g_hat = c_w * g / (_matrix_norm(g) + _NORM_EPS)
+        w = w - lr * g_hat
+        w = c_w * w / _matrix_norm(w)
+        p.copy_(w)
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon (Jordan et al. 2024): Nesterov momentum, then Newton-Schulz orthogonalisation.
+
+    Per step, for each matrix ``W`` with gradient ``g`` (spec section 1)::
+
+        buf <- momentum * buf + g
+        u   <- g + momentum * buf                 (Nesterov; plain momentum uses u = buf)
+        O   <- newton_schulz5(u)                   (singular values ~0.7..1.2)
+        W   <- W - (lr / initial_lr) * weight_decay * W     (independent weight decay)
+        W   <- W - lr * O
+
+    No shape scaling happens here: the muP++ multiplier ``sqrt(d_out/d_in) * sqrt(d_0/d)`` is
+    carried by the group's ``lr`` (see trainer.optim.build_optimizers). Weight decay is
+    *independent* (the paper's Muon arm): its size follows the schedule, ``lr_t / lr_peak``, but
+    not the peak LR itself, so ``lambda = lambda_0 * w_0/w`` means the same at every LR; the peak
+    is the group's ``initial_lr`` (set to ``lr`` at construction when absent).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 0.02,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        weight_decay: float = 0.0,
+        ns_steps: int = NS_STEPS,
+    ) -> None:
+        _check_hyper("lr", lr)
+        _check_hyper("momentum", momentum, high=1.0)
+        _check_hyper("weight_decay", weight_decay)
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "nesterov": nesterov,
+            "weight_decay": weight_decay,
+            "ns_steps": ns_steps,
+        }
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            _check_matrices(group["params"], "Muon")
+            group.setdefault("initial_lr", group["lr"])
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr = float(group["lr"])
+            momentum = float(group["momentum"])
+            peak = float(group["initial_lr"])
+            decay = float(group["weight_decay"]) * (lr / peak if peak > 0 else 0.0)
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                g = p.grad
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p)
+                buf: torch.Tensor = state["momentum_buffer"]
+                buf.mul_(momentum).add_(g)
+                u = g.add(buf, alpha=momentum) if group["nesterov"] else buf
+                update = newton_schulz5(u, steps=int(group["ns_steps"]))
+                if decay != 0.0:
+                    p.mul_(1.0 - decay)
+                p.add_(update.to(p.dtype), alpha=-lr)
+        return loss
+
+
+class MuonH(_HypersphereState):
+    """MuonH: Muon's direction, with update normalisation and weight renormalisation.
+
+    Spec section 1 (Wen et al. 2025)::
+
+        buf   <- momentum * buf + g;  u <- g + momentum * buf      (Nesterov, as Muon)
+        G     <- newton_schulz5(u)
+        G_hat <- c_G * G / ||G||_F,   c_G = c_W = ||W_0||_F
+        W+    <- c_W * (W - lr * G_hat) / ||W - lr * G_hat||_F
+
+    Invariant: every matrix (every expert of a 3-D tensor) keeps ``||W||_F = c_W`` after every
+    step, and ``||W+ - W||_F / ||W||_F`` is about ``lr`` whatever the matrix's shape, so one LR
+    serves all hidden matrices (no shape multiplier). ``c_W`` is recorded at the first step and
+    saved in the state dict, so a resumed run renormalises to the same radius.
+
+    ``weight_decay`` (default 0; the paper uses none) is applied as ``W <- (1 - lr*wd) W`` before
+    the projection, only to let the tests show its effect is second order in the step size.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 0.02,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        weight_decay: float = 0.0,
+        ns_steps: int = NS_STEPS,
+    ) -> None:
+        _check_hyper("lr", lr)
+        _check_hyper("momentum", momentum, high=1.0)
+        _check_hyper("weight_decay", weight_decay)
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "nesterov": nesterov,
+            "weight_decay": weight_decay,
+            "ns_steps": ns_steps,
+        }
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            _check_matrices(group["params"], "MuonH")
+            group.setdefault("initial_lr", group["lr"])
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr = float(group["lr"])
+            momentum = float(group["momentum"])
+            for index, p in enumerate(group["params"]):
+                if p.grad is None:
+                    continue
+                c_w = self._initial_norm(group, index, p)
+                g = p.grad
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p)
+                buf: torch.Tensor = state["momentum_buffer"]
+                buf.mul_(momentum).add_(g)
+                u = g.add(buf, alpha=momentum) if group["nesterov"] else buf
+                direction = newton_schulz5(u, steps=int(group["ns_steps"]))
+                self._sphere_update(p, direction, c_w, lr, float(group["weight_decay"]))
+        return loss
+
+
+class AdamH(_HypersphereState):
+    """AdamH: Adam's direction on the Frobenius sphere, for the LM head (spec section 1).
+
+    The moments are AdamW's (betas (0.9, 0.95), eps 1e-8, bias correction)::
+
+        m <- b1 m + (1 - b1) g;   v <- b2 v + (1 - b2) g^2
+        U <- (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+        U_hat <- c_G * U / ||U||_F,   c_G = c_W = ||W_0||_F
+        W+ <- c_W * (W - lr * U_hat) / ||W - lr * U_hat||_F
+
+    Because ``||dW||_F / ||W||_F`` is fixed by ``lr`` as under MuonH, the head shares the hidden
+    matrices' LR (one LR for MuonH and AdamH). Same invariant, same ``c_W`` state and the same
+    optional second-order ``weight_decay`` as :class:`MuonH`.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 0.02,
+        betas: tuple[float, float] = (0.9, 0.95),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> None:
+        _check_hyper("lr", lr)
+        _check_hyper("betas[0]", betas[0], high=1.0)
+        _check_hyper("betas[1]", betas[1], high=1.0)
+        _check_hyper("eps", eps)
+        _check_hyper("weight_decay", weight_decay)
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            _check_matrices(group["params"], "AdamH")
+            group.setdefault("initial_lr", group["lr"])
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr = float(group["lr"])
+            beta1, beta2 = (float(b) for b in group["betas"])
+            for index, p in enumerate(group["params"]):
+                if p.grad is None:
+                    continue
+                c_w = self._initial_norm(group, index, p)
+                state = self.state[p]
+                dtype = _work_dtype(p)
+                if "exp_avg" not in state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, dtype=dtype)
+                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=dtype)
+                g = p.grad.to(dtype)
+                state["step"] = int(state["step"]) + 1
+                t = state["step"]
+                exp_avg: torch.Tensor = state["exp_avg"]
+                exp_avg_sq: torch.Tensor = state["exp_avg_sq"]
+                exp_avg.mul_(beta1).add_(g, alpha=1.0 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+                m_hat = exp_avg / (1.0 - beta1**t)
+                v_hat = exp_avg_sq / (1.0 - beta2**t)
+                direction = m_hat / (v_hat.sqrt() + float(group["eps"]))
+                self._sphere_update(p, direction, c_w, lr, float(group["weight_decay"]))
+        return loss
