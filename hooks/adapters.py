@@ -112,9 +112,9 @@ def _find_layer_list(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
     for name, module in model.named_modules():
         if not isinstance(module, nn.ModuleList) or len(module) == 0:
             continue
-        if all(_child(b, ATTENTION_NAMES, ("attn", "attention")) is not None for b in module):
-            if best is None or len(module) > len(best[1]):
-                best = (name, module)
+        has_attention = all(_child(b, ATTENTION_NAMES, ("attn", "attention")) is not None for b in module)
+        if has_attention and (best is None or len(module) > len(best[1])):
+            best = (name, module)
     return best
 
 
@@ -151,7 +151,11 @@ def layers_plan(model: nn.Module) -> ModelPlan:
 def _matches(model: nn.Module, pattern: str, field_name: str) -> list[nn.Module]:
     if not isinstance(pattern, str) or not pattern:
         raise AdapterError(f"{field_name}: must be a non-empty glob over module names, e.g. '*.attn'")
-    found = [m for name, m in model.named_modules() if name and fnmatch.fnmatchcase(name, pattern)]
+    names = [name for name, _ in model.named_modules() if name and fnmatch.fnmatchcase(name, pattern)]
+    # '*' crosses dots, so "blocks.*" also matches "blocks.0.q_proj": keep the outermost matches only.
+    outer = [n for n in names if not any(n.startswith(o + ".") for o in names if o != n)]
+    modules = dict(model.named_modules())
+    found = [modules[n] for n in outer]
     if not found:
         names = [n for n, _ in model.named_modules() if n][:12]
         raise AdapterError(
@@ -168,7 +172,7 @@ def pattern_plan(
     router: str | None,
     top_k: int | None = None,
 ) -> ModelPlan:
-    """Layers from user globs; the i-th match of each pattern belongs to layer i."""
+    """Layers from user globs; the i-th (outermost) match of each pattern belongs to layer i."""
     attn_mods = _matches(model, attention, "attention") if attention is not None else []
     mlp_mods = _matches(model, mlp, "mlp") if mlp is not None else []
     router_mods = _matches(model, router, "router") if router is not None else []
@@ -210,9 +214,7 @@ def discover(
         return pattern_plan(model, attention, mlp, router, top_k)
     if adapter == "bundled" or (adapter == "auto" and _is_bundled(model)):
         if not _is_bundled(model):
-            raise AdapterError(
-                "adapter='bundled': the model has no .blocks with .attn.capture_lse; use adapter='auto'"
-            )
+            raise AdapterError("adapter='bundled': the model has no .blocks with .attn.capture_lse; use adapter='auto'")
         return bundled_plan(model)
     plan = layers_plan(model)
     if top_k is not None:

@@ -107,11 +107,8 @@ def attention_lse(
     hk, S = k.shape[-3], k.shape[-2]
     if scale is None:
         scale = 1.0 / math.sqrt(D)
-    if hq != hk:
-        if not enable_gqa or hq % hk != 0:
-            raise ValueError(
-                f"attention_lse: q has {hq} heads and k has {hk}; pass enable_gqa=True with a multiple"
-            )
+    if hq != hk and (not enable_gqa or hq % hk != 0):
+        raise ValueError(f"attention_lse: q has {hq} heads and k has {hk}; pass enable_gqa=True with a multiple")
     group = hq // hk
     full_shape = (*lead, hq, L, S)
     mask = _broadcast_mask(attn_mask, full_shape, q.device)

@@ -10,7 +10,6 @@ is unique across sections). The resolved config is logged with every run.
 from __future__ import annotations
 
 import dataclasses
-import math
 import tomllib
 import types
 import typing
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trainer.data import DataConfig
+from trainer.schedule import head_multiplier, residual_multiplier
 
 
 class ConfigError(ValueError):
@@ -29,7 +29,7 @@ Parameterization = Literal["hyperp", "mup++", "mup", "vanilla"]
 Arm = Literal["muon", "muonh", "hyperp", "hyperp_moe"]
 AttentionKernel = Literal["auto", "flash_lse", "sdpa"]
 
-ARMS: dict[str, tuple[str, bool]] = {
+ARMS: dict[str, tuple[Parameterization, bool]] = {
     # arm -> (parameterization, moe); the optimizer choice per arm lives in trainer/optim.py
     "muon": ("mup++", False),  # Muon + muP++ with weight decay proportional to 1/w
     "muonh": ("vanilla", False),  # vanilla MuonH, no HyperP multipliers
@@ -46,8 +46,7 @@ def _check_types(obj: Any) -> None:
         expected = hints[f.name]
         if not _matches(value, expected):
             raise ConfigError(
-                f"{type(obj).__name__}.{f.name}: expected {_describe(expected)}, got {value!r} "
-                f"({type(value).__name__})"
+                f"{type(obj).__name__}.{f.name}: expected {_describe(expected)}, got {value!r} ({type(value).__name__})"
             )
 
 
@@ -167,14 +166,12 @@ class ModelConfig:
     @property
     def residual_multiplier(self) -> float:
         """Depth-muP branch multiplier: 1/sqrt(2d) under muP++ and HyperP, else 1."""
-        return 1.0 / math.sqrt(2 * self.depth) if self.parameterization in ("mup++", "hyperp") else 1.0
+        return residual_multiplier(self.parameterization, self.depth)
 
     @property
     def head_multiplier(self) -> float:
         """LM-head weight multiplier: w_0/w under muP and muP++ (spec: 1/w, relative to the base), else 1."""
-        if self.parameterization in ("mup", "mup++"):
-            return (self.alpha * self.base_depth) / self.width
-        return 1.0
+        return head_multiplier(self.parameterization, self.width, self.alpha * self.base_depth)
 
 
 @dataclass
@@ -216,9 +213,7 @@ class TrainConfig:
     checkpoint_every: int = 0  # steps between checkpoints (0 = only at the end)
     out_dir: str = "runs/default"
     resume: bool = False  # continue from out_dir/checkpoint.pt when it exists
-    max_steps: int = (
-        0  # stop early after this many steps (0 = the whole budget); the schedule keeps the budget
-    )
+    max_steps: int = 0  # stop early after this many steps (0 = the whole budget); the schedule keeps the budget
     seed: int = 1337
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto = bf16 autocast on CUDA, fp32 on CPU
@@ -271,7 +266,7 @@ class Config:
         parameterization, moe = ARMS[self.optim.arm]
         if self.model.parameterization != parameterization or self.model.moe != moe:
             # The arm is the one flag: it decides the parameterization and whether the MLP is an MoE.
-            self.model = dataclasses.replace(self.model, parameterization=parameterization, moe=moe)
+            self.model = dataclasses.replace(self.model, parameterization=parameterization, moe=moe)  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -337,7 +332,7 @@ def build_config(sections: dict[str, dict[str, Any]]) -> Config:
 
 def preset(name: str = "tiny", **model: Any) -> Config:
     """A named preset with model overrides, e.g. ``preset("tiny", depth=2)``."""
-    return build_config({"preset": name, "model": model})
+    return build_config({"preset": name, "model": model})  # type: ignore[dict-item]
 
 
 def _parse_scalar(text: str) -> Any:

@@ -80,9 +80,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
-            raise DataError(
-                f"DataConfig.source: {self.source!r} is unknown; choose one of {', '.join(SOURCES)}"
-            )
+            raise DataError(f"DataConfig.source: {self.source!r} is unknown; choose one of {', '.join(SOURCES)}")
         if self.source == "stdlib":
             if self.path is not None:
                 raise DataError(
@@ -102,9 +100,7 @@ class DataConfig:
         if self.max_bytes is not None and (
             not isinstance(self.max_bytes, int) or isinstance(self.max_bytes, bool) or self.max_bytes < 0
         ):
-            raise DataError(
-                f"DataConfig.max_bytes: {self.max_bytes!r}; use a positive integer, or 0/None for all"
-            )
+            raise DataError(f"DataConfig.max_bytes: {self.max_bytes!r}; use a positive integer, or 0/None for all")
         frac = self.val_fraction
         if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0.0 < frac < 1.0:
             raise DataError(f"DataConfig.val_fraction: {frac!r}; must be a number strictly between 0 and 1")
@@ -147,9 +143,7 @@ def load_corpus(cfg: DataConfig) -> Corpus:
         return _load_packed(cfg, tok)
     tokens, description = _cached_text_tokens(cfg, tok)
     train, val = _split_tail(tokens, cfg.val_fraction, description)
-    desc = (
-        f"{description}; {train.shape[0]:,} train + {val.shape[0]:,} val tokens (last {cfg.val_fraction:g})"
-    )
+    desc = f"{description}; {train.shape[0]:,} train + {val.shape[0]:,} val tokens (last {cfg.val_fraction:g})"
     return Corpus(train=train, val=val, vocab_size=tok.vocab_size, description=desc, tokenizer=tok)
 
 
@@ -173,8 +167,7 @@ def _check_ids(tokens: np.ndarray, vocab_size: int, files: list[Path], tok: Toke
         hint = f"pass tokenizer='{Path(folder) / 'tokenizer.json'}' (the tokenizer that made the shards)"
     names = ", ".join(f.name for f in files[:3]) + (", ..." if len(files) > 3 else "")
     raise DataError(
-        f"{folder} ({names}): token ids span {lo}..{hi} but tokenizer {tok.name!r} has vocab_size "
-        f"{vocab_size}; {hint}"
+        f"{folder} ({names}): token ids span {lo}..{hi} but tokenizer {tok.name!r} has vocab_size {vocab_size}; {hint}"
     )
 
 

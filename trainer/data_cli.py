@@ -67,12 +67,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--text-field", default="text", help="JSONL field holding the text (default: text)")
     p.add_argument("--out", required=True, help="output folder for the shards and tokenizer.json")
     p.add_argument("--tokenizer", choices=("byte", "bpe"), default="byte", help="byte (vocab 257) or bpe")
-    p.add_argument(
-        "--vocab-size", type=_positive_int, default=8192, help="BPE vocabulary size (default 8192)"
-    )
-    p.add_argument(
-        "--val-fraction", type=_fraction, default=0.05, help="held-out tail of the tokens (default 0.05)"
-    )
+    p.add_argument("--vocab-size", type=_positive_int, default=8192, help="BPE vocabulary size (default 8192)")
+    p.add_argument("--val-fraction", type=_fraction, default=0.05, help="held-out tail of the tokens (default 0.05)")
     p.add_argument(
         "--chunk-tokens", type=_positive_int, default=4_194_304, help="tokens per .bin file (default 4194304)"
     )
@@ -107,9 +103,7 @@ def prepare(
     if source != "stdlib" and path is None:
         raise DataError(f"--path: --source {source} needs a file or folder")
     if source == "stdlib" and path is not None:
-        raise DataError(
-            "--path: --source stdlib reads the standard library; drop --path or use --source text"
-        )
+        raise DataError("--path: --source stdlib reads the standard library; drop --path or use --source text")
     if tokenizer == "bpe" and vocab_size < MIN_BPE_VOCAB:
         raise DataError(f"--vocab-size {vocab_size}: a byte-level BPE needs at least {MIN_BPE_VOCAB}")
     if not 0.0 < val_fraction < 1.0:
@@ -124,11 +118,9 @@ def prepare(
             "choose an empty folder or pass --force to replace them"
         )
     docs = read_documents(source, path, text_field, max_bytes)
-    tok: Tokenizer
-    if tokenizer == "bpe":
-        tok = train_bpe(docs.texts, vocab_size, out_dir / "tokenizer.json")
-    else:
-        tok = ByteTokenizer()
+    tok: Tokenizer = (
+        train_bpe(docs.texts, vocab_size, out_dir / "tokenizer.json") if tokenizer == "bpe" else ByteTokenizer()
+    )
     tokens = encode_documents(tok, docs.texts)
     n_val = max(1, round(tokens.shape[0] * val_fraction))
     if tokens.shape[0] - n_val < 2:

@@ -112,9 +112,7 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         if cfg.vocab_size < 1:
-            raise ValueError(
-                "ModelConfig.vocab_size: 0 means 'from the tokenizer'; resolve it before building"
-            )
+            raise ValueError("ModelConfig.vocab_size: 0 means 'from the tokenizer'; resolve it before building")
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.width)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.depth))

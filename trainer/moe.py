@@ -39,9 +39,7 @@ def max_vio(counts: torch.Tensor) -> torch.Tensor:
     return (c.max() - mean) / mean
 
 
-def switch_aux_loss(
-    counts_E: torch.Tensor, prob_sum_E: torch.Tensor, n_tokens: float, gamma: float
-) -> torch.Tensor:
+def switch_aux_loss(counts_E: torch.Tensor, prob_sum_E: torch.Tensor, n_tokens: float, gamma: float) -> torch.Tensor:
     """gamma * N * sum_i f_i * P_i from global hard counts and global summed router probabilities."""
     n_experts = counts_E.numel()
     f = counts_E.float() / counts_E.sum().clamp_min(1)

@@ -105,9 +105,7 @@ class OptimizerSet:
         saved = state_dict.get("optimizers")
         if not isinstance(saved, Mapping) or set(saved) != set(self.optimizers):
             found = sorted(saved) if isinstance(saved, Mapping) else saved
-            raise ValueError(
-                f"state_dict['optimizers'] must have the keys {sorted(self.optimizers)}, got {found!r}"
-            )
+            raise ValueError(f"state_dict['optimizers'] must have the keys {sorted(self.optimizers)}, got {found!r}")
         for key, opt in self.optimizers.items():
             opt.load_state_dict(saved[key])
 
@@ -154,9 +152,7 @@ def _params_by_role(model: nn.Module) -> dict[str, list[tuple[str, nn.Parameter]
     return grouped
 
 
-def _group(
-    name: str, role: str, params: list[tuple[str, nn.Parameter]], lr: float, **extra: Any
-) -> dict[str, Any]:
+def _group(name: str, role: str, params: list[tuple[str, nn.Parameter]], lr: float, **extra: Any) -> dict[str, Any]:
     return {"params": params, "name": name, "role": role, "lr": lr, "initial_lr": lr, **extra}
 
 
@@ -227,9 +223,7 @@ def build_optimizers(
             optimizers["muon"] = Muon(muon_groups, momentum=0.95, nesterov=True, weight_decay=hidden_wd)
         if grouped["head"]:
             head_wd = weight_decay_for(parameterization, "head", **decay)
-            adamw_groups.append(
-                _group("head", "head", grouped["head"], role_lr("head"), weight_decay=head_wd)
-            )
+            adamw_groups.append(_group("head", "head", grouped["head"], role_lr("head"), weight_decay=head_wd))
     else:
         if grouped["hidden"]:
             hidden = [_group("hidden", "hidden", grouped["hidden"], role_lr("hidden"))]

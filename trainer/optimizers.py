@@ -85,7 +85,7 @@ class _HypersphereState(torch.optim.Optimizer):
         state = self.state[p]
         if "c_W" not in state:
             c_w = _matrix_norm(p.detach().to(_work_dtype(p)))
-            if not bool(torch.all(c_w > 0)):
+            if bool(torch.any(c_w == 0)):
                 raise ValueError(
                     f"{_param_label(group, index)} has a matrix with zero Frobenius norm at the first "
                     f"step; {type(self).__name__} keeps each matrix at its initial norm, so initialise "

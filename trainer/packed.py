@@ -70,9 +70,7 @@ def read_header(path: str | Path) -> PackedHeader:
         with p.open("rb") as fh:
             raw = fh.read(HEADER_SIZE)
     except OSError as exc:
-        raise DataError(
-            f"{p}: cannot read the token file ({exc.strerror}); check the path and permissions"
-        ) from exc
+        raise DataError(f"{p}: cannot read the token file ({exc.strerror}); check the path and permissions") from exc
     if len(raw) < HEADER_SIZE:
         raise DataError(
             f"{p}: {len(raw)} bytes, shorter than the {HEADER_SIZE}-byte LITPKDS header; "
@@ -88,9 +86,7 @@ def read_header(path: str | Path) -> PackedHeader:
     if version != VERSION:
         raise DataError(f"{p}: LITPKDS version {version} is not supported (only version {VERSION})")
     if code not in DTYPE_CODES:
-        raise DataError(
-            f"{p}: unknown dtype code {code} in the header (valid: {sorted(DTYPE_CODES)}); file corrupt"
-        )
+        raise DataError(f"{p}: unknown dtype code {code} in the header (valid: {sorted(DTYPE_CODES)}); file corrupt")
     dtype = DTYPE_CODES[code]
     expected = HEADER_SIZE + chunk_size * dtype.itemsize
     if size != expected:
@@ -131,9 +127,7 @@ def write_packed(path: str | Path, tokens: np.ndarray, dtype: np.dtype | type = 
         info = np.iinfo(dt)
         lo, hi = int(arr.min()), int(arr.max())
         if lo < info.min or hi > info.max:
-            raise DataError(
-                f"{p}: token ids span {lo}..{hi}, outside {dt.name}; write with a wider dtype (int32)"
-            )
+            raise DataError(f"{p}: token ids span {lo}..{hi}, outside {dt.name}; write with a wider dtype (int32)")
     data = np.ascontiguousarray(arr, dtype=dt)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
@@ -159,8 +153,7 @@ def write_shards(
     n = int(tokens.shape[0])
     starts = range(0, max(n, 1), chunk_tokens)
     return [
-        write_packed(out / f"{prefix}_{i:03d}.bin", tokens[s : s + chunk_tokens], dtype)
-        for i, s in enumerate(starts)
+        write_packed(out / f"{prefix}_{i:03d}.bin", tokens[s : s + chunk_tokens], dtype) for i, s in enumerate(starts)
     ]
 
 

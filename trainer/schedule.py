@@ -51,9 +51,7 @@ def _positive(name: str, value: float) -> float:
 
 def _check_parameterization(parameterization: str) -> str:
     if parameterization not in PARAMETERIZATIONS:
-        raise ValueError(
-            f"parameterization must be one of {', '.join(PARAMETERIZATIONS)}; got {parameterization!r}"
-        )
+        raise ValueError(f"parameterization must be one of {', '.join(PARAMETERIZATIONS)}; got {parameterization!r}")
     return parameterization
 
 
@@ -111,9 +109,7 @@ def linear_decay(step: int, total_steps: int, final_fraction: float = 0.1) -> fl
     if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
         raise ValueError(f"total_steps must be an integer >= 1, got {total_steps!r}")
     if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < total_steps:
-        raise ValueError(
-            f"step must be an integer in [0, total_steps - 1] = [0, {total_steps - 1}], got {step!r}"
-        )
+        raise ValueError(f"step must be an integer in [0, total_steps - 1] = [0, {total_steps - 1}], got {step!r}")
     fraction = float(final_fraction)
     if not math.isfinite(fraction) or not 0.0 <= fraction <= 1.0:
         raise ValueError(f"final_fraction must be in [0, 1], got {final_fraction!r}")

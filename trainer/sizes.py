@@ -88,7 +88,7 @@ def model_size(cfg: ModelConfig, tokens: int = 0, tpp: float = 50.0) -> ModelSiz
     """Sizes of ``cfg``; ``tokens = 0`` derives the budget from ``tpp`` x active parameters."""
     total, active, emb = param_counts(cfg)
     fwd = forward_flops_per_token(cfg)
-    tokens = tokens or int(round(tpp * active))
+    tokens = tokens or round(tpp * active)
     return ModelSize(
         depth=cfg.depth,
         width=cfg.width,

@@ -75,9 +75,7 @@ def list_source_files(source: str, path: str | Path | None) -> tuple[Path, list[
     if source not in ("text", "jsonl"):
         raise DataError(f"source {source!r}: not a text source; valid: {', '.join(TEXT_SOURCES)}")
     if path is None:
-        raise DataError(
-            f"source {source!r} needs a path: set DataConfig.path (or --path) to a file or folder"
-        )
+        raise DataError(f"source {source!r} needs a path: set DataConfig.path (or --path) to a file or folder")
     root = Path(path)
     if root.is_file():
         return root, [root]
@@ -180,9 +178,7 @@ def _iter_jsonl(files: list[Path], text_field: str) -> Iterator[tuple[Path, str]
                     )
                 text = record[text_field]
                 if not isinstance(text, str):
-                    raise DataError(
-                        f"{f}:{lineno}: field {text_field!r} is {type(text).__name__}, not a string"
-                    )
+                    raise DataError(f"{f}:{lineno}: field {text_field!r} is {type(text).__name__}, not a string")
                 yield f, text
 
 
@@ -217,9 +213,7 @@ def read_documents(
             used.append(f)
     if not texts or budget.used == 0:
         where = root if source != "stdlib" else f"the standard library at {root}"
-        raise DataError(
-            f"{where}: the corpus is empty (no non-empty text found); point the path at text data"
-        )
+        raise DataError(f"{where}: the corpus is empty (no non-empty text found); point the path at text data")
     return Documents(
         texts=texts, files=used, n_bytes=budget.used, truncated=budget.truncated, skipped=skipped, root=root
     )

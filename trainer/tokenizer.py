@@ -125,9 +125,7 @@ class VocabOnlyTokenizer:
         self.name = f"vocab:{vocab_size}"
 
     def encode(self, text: str) -> list[int]:
-        raise DataError(
-            f"tokenizer {self.name!r} cannot encode text; use 'byte' or a tokenizer.json for text sources"
-        )
+        raise DataError(f"tokenizer {self.name!r} cannot encode text; use 'byte' or a tokenizer.json for text sources")
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         return " ".join(f"<{int(i)}>" for i in ids)
@@ -143,9 +141,7 @@ def load_tokenizer(spec: str) -> Tokenizer:
     if spec.startswith("vocab:"):
         size = spec.removeprefix("vocab:")
         if not size.isdigit():
-            raise DataError(
-                f"tokenizer {spec!r}: expected 'vocab:N' with N a positive integer, e.g. vocab:32000"
-            )
+            raise DataError(f"tokenizer {spec!r}: expected 'vocab:N' with N a positive integer, e.g. vocab:32000")
         return VocabOnlyTokenizer(int(size))
     return BPETokenizer(spec)
 

@@ -120,8 +120,7 @@ class Trainer:
         self.cfg = cfg
         device_type = (
             "cuda"
-            if cfg.train.device.startswith("cuda")
-            or (cfg.train.device == "auto" and torch.cuda.is_available())
+            if cfg.train.device.startswith("cuda") or (cfg.train.device == "auto" and torch.cuda.is_available())
             else "cpu"
         )
         self.dist = init_distributed(device_type)
@@ -273,9 +272,7 @@ class Trainer:
             with self._autocast():
                 out = self.model(x.to(self.device), y.to(self.device))
             assert out.lm_loss is not None
-            total += torch.stack(
-                [out.lm_loss.double(), torch.ones((), dtype=torch.float64, device=self.device)]
-            )
+            total += torch.stack([out.lm_loss.double(), torch.ones((), dtype=torch.float64, device=self.device)])
         if self.dist.enabled:
             dist.all_reduce(total)
         self.model.train()
@@ -353,7 +350,7 @@ class Trainer:
                 if monitor is not None:
                     monitor.step(step, loss=loss, lr=self.current_lr(), tokens=tokens, grad_norm=grad_norm)
                 if step == self.start_step:
-                    self.result.attention_kernel = self.model.blocks[0].attn.kernel_path  # type: ignore[union-attr]
+                    self.result.attention_kernel = str(self.model.blocks[0].attn.kernel_path)  # type: ignore[union-attr]
                     log.info("%s: attention kernel %s", self.run, self.result.attention_kernel)
                 final = step == last - 1
                 if final or (step + 1) % 10 == 0:

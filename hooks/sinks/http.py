@@ -22,7 +22,6 @@ import logging
 import os
 import random
 import threading
-import time
 from pathlib import Path
 
 from hooks.schema import Batch, SchemaError
@@ -80,6 +79,7 @@ class HttpSink(Sink):
         self.last_error = ""
         self._seq = 0
         self._single = False  # after a refused merged request, send batches one by one
+        self._inflight: list[Path] = []  # the files of the request not yet acknowledged: resent as is
         self._failing = False
         self._delay = 0.0
         self._idle = threading.Event()
@@ -207,7 +207,9 @@ class HttpSink(Sink):
     def _step(self) -> str:
         assert self.folder is not None and self.run is not None
         if self.run_id is None:
-            resp = client.request("POST", client.api(self.url, "/api/v1/runs"), self.run.to_json(), self.token, self.timeout)
+            resp = client.request(
+                "POST", client.api(self.url, "/api/v1/runs"), self.run.to_json(), self.token, self.timeout
+            )
             kind = client.classify(resp)
             if kind != client.DELIVERED:
                 if kind == client.REFUSED:
@@ -261,7 +263,12 @@ class HttpSink(Sink):
         log.error("hooks: batch %s moved to %s: %s", path.name, rejected, why)
 
     def _send(self, files: list[Path]) -> str:
+        # A retry resends exactly the same files under the same key, even if more were spooled since:
+        # the service may have stored the first attempt without our seeing its answer.
+        if self._inflight and all(p.is_file() for p in self._inflight):
+            files = self._inflight
         chosen, batches = self._load(files)
+        self._inflight = chosen
         if not batches:
             return "progress"
         batch = merge(batches)
@@ -277,10 +284,12 @@ class HttpSink(Sink):
         if kind == client.DELIVERED:
             for path in chosen:
                 path.unlink(missing_ok=True)
+            self._inflight = []
             self.delivered += len(chosen)
             self._single = False
             return self._ok()
         if kind == client.REFUSED:
+            self._inflight = []
             if len(chosen) > 1:
                 self._single = True  # find the one the service refuses
                 return "progress"

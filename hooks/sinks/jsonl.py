@@ -36,7 +36,7 @@ class JsonlSink(Sink):
             raise SinkError(f"sink: cannot create the JSONL folder {folder}: {exc}; pass a writable path") from exc
         write_json_atomic(folder / RUN_FILE, run.to_json())
         self.folder = folder
-        self._file = open(folder / JSONL_FILE, "a", encoding="utf-8")
+        self._file = open(folder / JSONL_FILE, "a", encoding="utf-8")  # noqa: SIM115 (kept open until close)
 
     def write(self, batch: Batch) -> None:
         if self._file is None:

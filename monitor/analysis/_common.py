@@ -16,6 +16,8 @@ import numpy.typing as npt
 from hooks.schema import encode_value
 
 FloatArray = npt.NDArray[np.float64]
+Floats = Sequence[float] | npt.NDArray[Any]
+"""What the fits accept as a column of numbers: a list of floats or any numeric numpy array."""
 
 
 class AnalysisError(ValueError):
@@ -31,7 +33,7 @@ class AnalysisError(ValueError):
         self.detail = message
 
 
-def as_float_array(values: Sequence[float] | FloatArray, field: str) -> FloatArray:
+def as_float_array(values: Floats, field: str) -> FloatArray:
     """A 1-D float64 array of ``values``; rejects anything that is not a flat list of numbers."""
     try:
         arr = np.asarray(values, dtype=np.float64)

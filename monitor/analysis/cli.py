@@ -160,7 +160,7 @@ def _fit_stability(args: argparse.Namespace) -> Any:
     runs = table.text(args.run_col, "--run-col")
     scales = table.positive(args.scale_col, "--scale-col", what="scale")
     names = table.text(args.indicator_col, "--indicator-col")
-    steps = table.numeric(args.step_col, "--step-col")
+    steps = table.finite(args.step_col, "--step-col")
     values = table.numeric(args.value_col, "--value-col")
     records: dict[str, dict[str, Any]] = {}
     for run, scale, name, step, value, line in zip(runs, scales, names, steps, values, table.lines, strict=True):

@@ -10,11 +10,13 @@ Only ``run`` and ``val_loss`` are required; ``arm`` is accepted as another name 
 other keys (the rest of a run's config) are ignored. From these, :func:`fit_group` derives:
 
 - LR sweeps: runs that share (method, depth, tokens, batch_size) and differ in ``lr`` form a
-  sweep; each sweep with 3 or more distinct LRs gets its optimal-LR fit (:mod:`.lr`).
+  sweep; each sweep with 3 or more distinct LRs gets its optimal-LR fit (:mod:`.lr`), a sweep of
+  2 LRs gets the error saying it is too short, and a single LR is not a sweep.
 - Transfer laws: for each axis (tokens, depth, batch_size), sweeps that differ only along it give
   optimal LR vs that axis, fitted as a power law (:mod:`.powerlaw`) when there are 2 or more.
-- Scaling laws: runs with ``flops`` give each method's law L(C) and, with a baseline, the
-  leverage of every other method over it (:mod:`.scaling`).
+- Scaling laws: runs with ``flops`` give each method's law L(C) (a budget's point is its best
+  run; runs without a method count as method "default") and, with a baseline, the leverage of
+  every other method over it (:mod:`.scaling`).
 
 A part that cannot be fitted carries its error message instead of a fit, so one short sweep
 never hides the rest of the page.
@@ -150,6 +152,8 @@ def _fit_sweeps(runs: Sequence[RunPoint]) -> list[SweepFit]:
             groups.setdefault(r.sweep_key(), []).append(r)
     out = []
     for key, members in groups.items():
+        if len({m.lr for m in members}) < 2:
+            continue  # one LR is a single run (a scaling-ladder point), not a sweep
         fit: LRFit | str
         try:
             lrs = [m.lr for m in members if m.lr is not None]

@@ -16,7 +16,6 @@ cannot enter a least-squares fit, so they are left out of it and listed in ``exc
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -25,6 +24,7 @@ import numpy as np
 from monitor.analysis._common import (
     AnalysisError,
     FloatArray,
+    Floats,
     as_float_array,
     jsonable,
     r_squared,
@@ -88,8 +88,8 @@ def _quadratic(u: FloatArray, y: FloatArray) -> tuple[float, float, float, float
 
 
 def fit_optimal_lr(
-    lrs: Sequence[float] | FloatArray,
-    losses: Sequence[float] | FloatArray,
+    lrs: Floats,
+    losses: Floats,
     r2_threshold: float = R2_THRESHOLD,
 ) -> LRFit:
     """Fit loss vs ln(lr) with a quadratic; fall back to the observed best when it is not trusted.

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +26,7 @@ from scipy.optimize import OptimizeWarning, curve_fit
 from monitor.analysis._common import (
     AnalysisError,
     FloatArray,
+    Floats,
     as_float_array,
     jsonable,
     r_squared,
@@ -54,7 +54,7 @@ class PowerLawFit:
     converged: bool
     note: str | None = None
 
-    def predict(self, x: Sequence[float] | FloatArray) -> FloatArray:
+    def predict(self, x: Floats) -> FloatArray:
         xs = as_float_array(x, "x")
         with np.errstate(over="ignore", invalid="ignore"):
             return self.a * xs**self.b + (self.c or 0.0)
@@ -142,8 +142,8 @@ def _fit_params(x: FloatArray, y: FloatArray, irreducible: bool) -> tuple[float,
 
 
 def fit_power_law(
-    x: Sequence[float] | FloatArray,
-    y: Sequence[float] | FloatArray,
+    x: Floats,
+    y: Floats,
     irreducible: bool = False,
 ) -> PowerLawFit:
     """Fit y = a * x^b (or a * x^b + c with ``irreducible``) by least squares on y.
@@ -171,7 +171,7 @@ def fit_power_law(
         raise AnalysisError(
             "y",
             "y = a*x^b has one sign and is never 0, but y contains zeros or both signs; "
-            "fit with the irreducible term (y = a*x^b + c) or check the column",
+            "fit with the irreducible term (y = a*x^b + c; --irreducible on the command line) or check the column",
         )
     a, b, c, var_b, converged = _fit_params(xa, ya, irreducible)
     with np.errstate(over="ignore", invalid="ignore"):

@@ -5,7 +5,8 @@ when a method has fewer than 5 points (three parameters on four points would be 
 A saturating law is sensitive to its starting values, so the fit runs from a grid of starts (b
 over typical exponents, C0 over fractions of the smallest loss, A by linear least squares given
 the other two) and keeps the smallest squared error; ``converged`` says whether that best start's
-optimizer reported convergence.
+optimizer reported convergence, and ``n_starts_at_best`` how many starts reached the same error
+(within 0.01%): when it is small the data leave the law poorly determined.
 
 FLOPs span 1e15..1e22, so C is divided by its geometric mean inside the fit (``flops_scale``);
 ``A`` is reported in the original units, where it may be a large number.
@@ -27,6 +28,7 @@ from scipy.optimize import least_squares
 from monitor.analysis._common import (
     AnalysisError,
     FloatArray,
+    Floats,
     as_float_array,
     jsonable,
     r_squared,
@@ -36,17 +38,17 @@ from monitor.analysis._common import (
 FLOOR_MIN_POINTS = 5
 """The paper fits the floor C0 only from this many points on."""
 
-_B_STARTS = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 1.0)
-_FLOOR_FRACTIONS = (0.0, 0.5, 0.8, 0.9, 0.95, 0.99)
+_B_STARTS = (0.03, 0.1, 0.2, 0.4, 1.0)
+_FLOOR_FRACTIONS = (0.0, 0.5, 0.9, 0.99)
 _B_MAX = 10.0
 _TOL = 1e-12
 
 
 @dataclass(frozen=True)
 class ScalingLawFit:
-    """L = A * C^(-b) + C0 (``c0`` is None for the form without a floor)."""
+    """L = a * C^(-b) + c0, the paper's A and C0 (``c0`` is None for the form without a floor)."""
 
-    A: float
+    a: float
     b: float
     c0: float | None
     flops_scale: float
@@ -57,10 +59,11 @@ class ScalingLawFit:
     converged: bool
     n_starts: int
     n_starts_converged: int
+    n_starts_at_best: int
     at_bounds: tuple[str, ...] = ()
     excluded_flops: tuple[float, ...] = ()
 
-    def predict(self, flops: float | Sequence[float] | FloatArray) -> FloatArray:
+    def predict(self, flops: float | Floats) -> FloatArray:
         c = np.asarray(flops, dtype=np.float64)
         return self.a_normalised * (c / self.flops_scale) ** (-self.b) + (self.c0 or 0.0)  # type: ignore[no-any-return]
 
@@ -75,14 +78,14 @@ class ScalingLawFit:
                 f"loss {loss:.6g} is at or below this law's floor C0 = {floor:.6g}; it is never reached",
             )
         if self.b <= 0.0 or self.a_normalised <= 0.0:
-            return math.nan, f"this law does not decrease with compute (A = {self.A:.4g}, b = {self.b:.4g})"
+            return math.nan, f"this law does not decrease with compute (A = {self.a:.4g}, b = {self.b:.4g})"
         log_ratio = -(math.log(loss - floor) - math.log(self.a_normalised)) / self.b
         return self.flops_scale * math.exp(min(log_ratio, 700.0)), None
 
     def to_json(self) -> dict[str, Any]:
         return jsonable(
             {
-                "A": self.A,
+                "A": self.a,
                 "b": self.b,
                 "C0": self.c0,
                 "form": "A*C^-b + C0" if self.c0 is not None else "A*C^-b",
@@ -93,6 +96,7 @@ class ScalingLawFit:
                 "converged": self.converged,
                 "n_starts": self.n_starts,
                 "n_starts_converged": self.n_starts_converged,
+                "n_starts_at_best": self.n_starts_at_best,
                 "at_bounds": list(self.at_bounds),
                 "excluded_flops": list(self.excluded_flops),
             }
@@ -114,8 +118,8 @@ def _starts(x: FloatArray, loss: FloatArray, floor: bool) -> list[list[float]]:
 
 
 def fit_scaling_law(
-    flops: Sequence[float] | FloatArray,
-    losses: Sequence[float] | FloatArray,
+    flops: Floats,
+    losses: Floats,
     floor: bool | None = None,
 ) -> ScalingLawFit:
     """Fit L = A * C^(-b) + C0 (``floor`` True), L = A * C^(-b) (False) or choose by point count (None).
@@ -156,39 +160,34 @@ def fit_scaling_law(
         lower, upper = [0.0, 0.0, 0.0], [math.inf, _B_MAX, float(loss.min())]
     else:
         lower, upper = [0.0, -math.inf], [math.inf, math.inf]
-    best: Any = None
-    n_conv = 0
+    results = []
     starts = _starts(x, loss, floor)
     for p0 in starts:
         with np.errstate(over="ignore", invalid="ignore"):
             res = least_squares(
-                residual,
-                p0,
-                bounds=(lower, upper),
-                method="trf",
-                ftol=_TOL,
-                xtol=_TOL,
-                gtol=_TOL,
-                max_nfev=2000,
+                residual, p0, bounds=(lower, upper), method="trf", ftol=_TOL, xtol=_TOL, gtol=_TOL, max_nfev=2000
             )
-        n_conv += int(res.success)
         sse = float(np.sum(res.fun**2))
-        if math.isfinite(sse) and (best is None or sse < best[0]):
-            best = (sse, res)
-    if best is None:
+        if math.isfinite(sse):
+            results.append((sse, res))
+    if not results:
         raise AnalysisError("loss", "the scaling-law fit produced no finite solution from any start; check the data")
+    best = min(results, key=lambda r: r[0])
+    # "Same minimum": within 0.01% of the best error, or at rounding level for data fitted exactly.
+    same = best[0] * (1 + 1e-4) + 1e-12 * float(np.sum(loss**2))
+    n_at_best = sum(1 for sse, _ in results if sse <= same)
     sse, res = best
     p = res.x
     at_bounds = tuple(
         name
         for name, v, lo, hi in zip(("A", "b", "C0"), p, lower, upper, strict=False)
-        if (math.isfinite(lo) and v <= lo) or (math.isfinite(hi) and v >= hi)
+        if any(math.isfinite(bd) and abs(v - bd) <= 1e-9 * max(1.0, abs(bd)) for bd in (lo, hi))
     )
     a_norm, b = float(p[0]), float(p[1])
     with np.errstate(over="ignore"):
         a_orig = a_norm * scale**b
     return ScalingLawFit(
-        A=float(a_orig),
+        a=float(a_orig),
         b=b,
         c0=float(p[2]) if floor else None,
         flops_scale=scale,
@@ -198,7 +197,8 @@ def fit_scaling_law(
         n_points=int(c.size),
         converged=bool(res.success),
         n_starts=len(starts),
-        n_starts_converged=n_conv,
+        n_starts_converged=sum(int(r.success) for _, r in results),
+        n_starts_at_best=n_at_best,
         at_bounds=at_bounds,
         excluded_flops=excluded,
     )
@@ -226,9 +226,7 @@ class LeveragePoint:
         )
 
 
-def leverage(
-    method: ScalingLawFit, baseline: ScalingLawFit, budgets: Sequence[float] | FloatArray
-) -> list[LeveragePoint]:
+def leverage(method: ScalingLawFit, baseline: ScalingLawFit, budgets: Floats) -> list[LeveragePoint]:
     """Compute-efficiency leverage of ``method`` over ``baseline`` at each budget C*.
 
     The method's loss at C* is its fitted law's value L_method(C*); C_base is the FLOPs at which
@@ -293,8 +291,8 @@ def best_per_budget(flops: FloatArray, losses: FloatArray) -> tuple[FloatArray, 
 
 def compare_methods(
     methods: Sequence[str],
-    flops: Sequence[float] | FloatArray,
-    losses: Sequence[float] | FloatArray,
+    flops: Floats,
+    losses: Floats,
     baseline: str | None,
     floor: bool | None = None,
 ) -> ScalingComparison:
@@ -327,7 +325,7 @@ def compare_methods(
             fits[name] = fit_scaling_law(budgets, best, floor=floor)
         except AnalysisError as exc:
             if name == baseline:
-                raise AnalysisError(exc.field, f"baseline {baseline!r}: {exc}") from exc
+                raise AnalysisError(exc.field, f"baseline {baseline!r}: {exc.detail}") from exc
             fits[name] = f"method {name!r}: {exc}"
     lev: dict[str, list[LeveragePoint] | str] = {}
     if baseline is None:

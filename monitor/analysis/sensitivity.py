@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from monitor.analysis._common import AnalysisError, FloatArray, as_float_array, jsonable, rel_error
+from monitor.analysis._common import AnalysisError, Floats, as_float_array, jsonable, rel_error
 from monitor.analysis.lr import R2_THRESHOLD, LRFit, fit_optimal_lr
 
 MIN_K = 3
@@ -63,8 +63,8 @@ def _subsets(n: int, k: int, limit: int, rng: np.random.Generator) -> tuple[Iter
 
 
 def lr_sensitivity(
-    lrs: Sequence[float] | FloatArray,
-    losses: Sequence[float] | FloatArray,
+    lrs: Floats,
+    losses: Floats,
     max_subsets: int = DEFAULT_MAX_SUBSETS,
     seed: int = 0,
     r2_threshold: float = R2_THRESHOLD,

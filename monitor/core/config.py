@@ -41,6 +41,11 @@ class Settings(BaseSettings):
     max_page_size: int = Field(1000, ge=1, le=100_000)
     check_schema: bool = Field(True, description="refuse to start on an out-of-date schema")
 
+    @field_validator("write_token", "read_token", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and value.strip() == "" else value
+
     @field_validator("cors_origins", mode="before")
     @classmethod
     def _split_origins(cls, value: object) -> object:

@@ -24,9 +24,7 @@ from trainer.packed import (
 def litpkds_bytes(tokens: np.ndarray, code: int, chunk_size: int | None = None, version: int = 1) -> bytes:
     """The layout written out by hand (independently of trainer.packed), as LitGPT's builder does."""
     n = tokens.size if chunk_size is None else chunk_size
-    return (
-        b"LITPKDS" + version.to_bytes(8, "little") + bytes([code]) + n.to_bytes(8, "little") + tokens.tobytes()
-    )
+    return b"LITPKDS" + version.to_bytes(8, "little") + bytes([code]) + n.to_bytes(8, "little") + tokens.tobytes()
 
 
 def test_header_is_24_bytes_and_matches_the_hand_written_layout(tmp_path: Path) -> None:
@@ -41,7 +39,7 @@ def test_header_is_24_bytes_and_matches_the_hand_written_layout(tmp_path: Path) 
     [(np.uint8, 1), (np.int8, 2), (np.int16, 3), (np.int32, 4), (np.int64, 5), (np.uint16, 8)],
 )
 def test_reads_hand_written_files_of_each_integer_dtype(tmp_path: Path, dtype: type, code: int) -> None:
-    tokens = np.arange(0, 100, 3).astype(dtype)
+    tokens: np.ndarray = np.arange(0, 100, 3).astype(dtype)
     f = tmp_path / "train.bin"
     f.write_bytes(litpkds_bytes(tokens, code))
     header = read_header(f)

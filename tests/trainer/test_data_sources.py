@@ -124,9 +124,7 @@ def test_real_stdlib_is_python_source() -> None:
     assert any("def " in t or "import " in t for t in docs.texts)
 
 
-def test_stdlib_skips_non_utf8_and_site_packages_with_a_reason(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_stdlib_skips_non_utf8_and_site_packages_with_a_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "a.py").write_text("x = 1\n", encoding="utf-8")
     (tmp_path / "bad.py").write_bytes(b"# -*- coding: latin-1 -*-\ns = '\xe9'\n")
     (tmp_path / "site-packages").mkdir()

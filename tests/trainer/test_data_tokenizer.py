@@ -57,8 +57,8 @@ def test_bpe_trains_locally_and_round_trips(tmp_path: Path) -> None:
         assert max(ids) < 300
     # merges were learnt: fewer tokens than bytes on text like the training text
     assert len(tok.encode(TEXTS[1])) < len(TEXTS[1].encode("utf-8"))
-    ids = encode_documents(tok, TEXTS[:2])
-    assert ids.tolist() == [*tok.encode(TEXTS[0]), 0, *tok.encode(TEXTS[1]), 0]
+    joined = encode_documents(tok, TEXTS[:2])
+    assert joined.tolist() == [*tok.encode(TEXTS[0]), 0, *tok.encode(TEXTS[1]), 0]
     again = load_tokenizer(str(path))
     assert isinstance(again, BPETokenizer) and again.name == tok.name and again.name.startswith("bpe:")
     assert load_tokenizer(str(path.parent)).encode("hello") == tok.encode("hello")  # a folder works too
@@ -74,7 +74,7 @@ def test_load_tokenizer_errors(tmp_path: Path) -> None:
         load_tokenizer(str(tmp_path / "missing.json"))
     bad = tmp_path / "tokenizer.json"
     bad.write_text("{not a tokenizer", encoding="utf-8")
-    with pytest.raises(DataError, match="not a valid tokenizer.json"):
+    with pytest.raises(DataError, match=r"not a valid tokenizer\.json"):
         load_tokenizer(str(bad))
     with pytest.raises(DataError, match="vocab:N"):
         load_tokenizer("vocab:abc")

@@ -1,0 +1,117 @@
+"""``hooks.attach``: find the model's layers, build the sink, return a :class:`Monitor`."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from hooks import indicators
+from hooks.adapters import discover
+from hooks.monitor import Monitor
+from hooks.sinks.base import FanOut, RunInfo, Sink, SinkError
+from hooks.sinks.http import HttpSink
+from hooks.sinks.jsonl import JsonlSink
+
+SinkSpec = Sink | str | os.PathLike[str] | list[Any] | tuple[Any, ...]
+
+
+def make_sink(sink: SinkSpec, spool: str | os.PathLike[str] | None = None, token: str | None = None) -> Sink:
+    """``"http(s)://..."`` -> HttpSink (with spool); a path -> JsonlSink; a list -> FanOut; a Sink as is."""
+    if isinstance(sink, Sink):
+        return sink
+    if isinstance(sink, (list, tuple)):
+        if not sink:
+            raise SinkError("sink: the list is empty; give at least one URL, folder or Sink")
+        return FanOut([make_sink(s, spool, token) for s in sink])
+    if isinstance(sink, str) and sink.startswith(("http://", "https://")):
+        return HttpSink(sink, token=token, spool=spool)
+    if isinstance(sink, (str, os.PathLike)):
+        return JsonlSink(sink)
+    raise SinkError(
+        f"sink: {type(sink).__name__} is not a sink; pass an http(s) URL, a folder path, a hooks.Sink or a list"
+    )
+
+
+def _environment(model: nn.Module, family: str, every: int, n_layers: int) -> dict[str, Any]:
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    env: dict[str, Any] = {
+        "hooks_adapter": family,
+        "every": every,
+        "layers": n_layers,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": str(device),
+        "model_class": type(model).__name__,
+        "argv": sys.argv[:1],
+    }
+    if device.type == "cuda":
+        env["device_name"] = torch.cuda.get_device_name(device)
+    if dist.is_available() and dist.is_initialized():
+        env["world_size"] = dist.get_world_size()
+    return env
+
+
+def attach(
+    model: nn.Module,
+    run: str,
+    sink: SinkSpec,
+    every: int = 10,
+    config: dict[str, Any] | None = None,
+    *,
+    adapter: str = "auto",
+    attention: str | None = None,
+    mlp: str | None = None,
+    router: str | None = None,
+    top_k: int | None = None,
+    weights: bool = False,
+    grad_norm: bool = True,
+    process_group: Any = None,
+    spool: str | os.PathLike[str] | None = None,
+    token: str | None = None,
+    chunk_elements: int = indicators.DEFAULT_CHUNK_ELEMENTS,
+    **run_fields: Any,
+) -> Monitor:
+    """Attach stability hooks to ``model`` and stream them to ``sink`` every ``every`` steps.
+
+    - ``run``: the run's name; ``config``: its configuration (stored once with the run);
+      ``run_fields``: the service's run fields (project, group, tags, depth, width, params,
+      active_params, tokens, flops, lr, optimizer, parameterization).
+    - ``sink``: ``"http://host:8000"`` (spooled in ``spool``, token from ``token`` or
+      ``HYPERWATCH_TOKEN``), a folder for offline JSONL, a :class:`hooks.Sink`, or a list of them.
+    - ``attention``/``mlp``/``router``: globs over module names for models the adapters do not
+      recognize (``top_k``: experts per token when the router returns bare logits).
+    - ``weights``: also each hidden matrix's Frobenius norm and update/weight ratio.
+    - ``grad_norm``: compute the gradient norm when ``step`` is not given one.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model: must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(f"every: must be an integer >= 1 (log every N steps), got {every!r}")
+    if config is not None and not isinstance(config, dict):
+        raise ValueError(f"config: must be a dict (stored as the run's JSON config), got {type(config).__name__}")
+    if isinstance(chunk_elements, bool) or not isinstance(chunk_elements, int) or chunk_elements < 1:
+        raise ValueError(f"chunk_elements: must be a positive integer, got {chunk_elements!r}")
+    plan = discover(model, adapter, attention, mlp, router, top_k)
+    n_layers = max(s.index for s in plan.layers) + 1
+    full_config = dict(config or {})
+    full_config.setdefault("_hyperwatch", _environment(model, plan.family, every, n_layers))
+    info = RunInfo(name=run, config=full_config, fields={"status": "running", **run_fields})
+    rank0 = not (dist.is_available() and dist.is_initialized()) or dist.get_rank(process_group) == 0
+    built = make_sink(sink, spool, token) if rank0 else None
+    return Monitor(
+        model,
+        plan,
+        info,
+        built,
+        every=every,
+        weights=weights,
+        process_group=process_group,
+        chunk_elements=chunk_elements,
+        auto_grad_norm=grad_norm,
+    )

@@ -1,0 +1,356 @@
+"""``hooks.attach(model, ...)`` -> :class:`Monitor`: the three lines a user adds to a training loop.
+
+Step protocol. ``mon.step(s, ...)`` is called once per optimizer step, after it. The hooks are
+*armed* for the forwards of a logged step only: the first step after ``attach`` and every step
+``s`` with ``s % every == 0`` (``step(s-1)`` arms them for ``s``). On an armed step every forward
+(micro-batch) adds its sums into preallocated device buffers; ``step(s)`` then does, on the
+training thread: one all-reduce of those buffers across data-parallel ranks (when
+``torch.distributed`` is initialized), one device-to-host copy (asynchronous into pinned memory
+on CUDA), and a reset. Everything else (turning sums into indicators, building points, the sink)
+happens on the monitor's emitter thread. Rank 0 emits; every rank must call ``step``.
+
+Run-level values: ``loss`` (a float or a tensor; averaged over ranks), ``lr``, ``tokens``,
+``grad_norm`` (pass the value ``clip_grad_norm_`` returns, which is the norm before clipping;
+without it the monitor computes the norm of the ``.grad`` tensors as they are when ``step`` is
+called, so call it before ``zero_grad``, and it is after clipping if you clip).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from hooks import indicators
+from hooks.accumulate import Accumulator, LayerValues
+from hooks.adapters import ModelPlan
+from hooks.probes import BranchProbe, BundledMoEProbe, Gate, InterceptProbe, KernelLseProbe, Probe, RouterProbe
+from hooks.schema import Batch, Point, validate_name
+from hooks.sinks.base import RunInfo, Sink
+from hooks.weights import WeightTracker
+
+log = logging.getLogger(__name__)
+
+Scalar = float | int | torch.Tensor
+
+
+def _check_int(value: Any, field: str, lo: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ValueError(f"{field}: must be an integer >= {lo}, got {value!r}")
+    return value
+
+
+def _scalar_tensor(value: Scalar | None, field: str, device: torch.device) -> torch.Tensor | None:
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{field}: must be a scalar; got a tensor of shape {tuple(value.shape)}")
+        return value.detach().reshape(()).to(device=device, dtype=torch.float64)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{field}: must be a number or a scalar tensor, got {type(value).__name__}")
+    return torch.tensor(float(value), dtype=torch.float64, device=device)
+
+
+class Monitor:
+    """Hooks on one model, feeding one sink. Build it with :func:`hooks.attach`."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        plan: ModelPlan,
+        run: RunInfo,
+        sink: Sink | None,
+        every: int = 10,
+        weights: bool = False,
+        process_group: Any = None,
+        chunk_elements: int = indicators.DEFAULT_CHUNK_ELEMENTS,
+        auto_grad_norm: bool = True,
+    ) -> None:
+        self.every = _check_int(every, "every", 1)
+        self.model = model
+        self.plan = plan
+        self.run = run
+        self.auto_grad_norm = auto_grad_norm
+        self.process_group = process_group
+        self.device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        self.distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size(process_group) > 1
+        self.rank = dist.get_rank(process_group) if self.distributed else 0
+        self.sink = sink if self.rank == 0 else None
+        self.unavailable: dict[str, str] = dict(plan.unavailable)
+        self._reported: set[str] = set()
+        self._checked_missing = False
+        self.closed = False
+        self._finished = False
+        n_layers = max(spec.index for spec in plan.layers) + 1
+        n_experts = [0] * n_layers
+        for spec in plan.layers:
+            n_experts[spec.index] = spec.n_experts
+        self.acc = Accumulator(n_layers, n_experts, self.device)
+        self.gate = Gate()
+        self.probes: list[Probe] = []
+        self._install(chunk_elements)
+        self.weights = WeightTracker(plan.layers) if weights else None
+        self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._emitter = threading.Thread(target=self._emit_loop, name="hyperwatch-emitter", daemon=True)
+        self._emitter.start()
+        for key, reason in plan.unavailable.items():
+            self._report(key, reason)
+        if self.sink is not None:
+            self._submit(lambda: self.sink.start(run) if self.sink is not None else None)
+        self._arm(True)  # the first step after attach is always logged
+
+    # -- setup --
+    def _install(self, chunk_elements: int) -> None:
+        acc, gate = self.acc, self.gate
+        for spec in self.plan.layers:
+            i = spec.index
+            if spec.attention is not None:
+                self.probes.append(BranchProbe(acc, gate, i, spec.attention, "attention"))
+                if spec.bundled:
+                    self.probes.append(KernelLseProbe(acc, gate, i, spec.attention, self._report))
+                else:
+                    self.probes.append(InterceptProbe(acc, gate, i, spec.attention, self._report, chunk_elements))
+            if spec.mlp is not None:
+                self.probes.append(BranchProbe(acc, gate, i, spec.mlp, "mlp"))
+            if spec.router is not None:
+                if spec.bundled:
+                    self.probes.append(BundledMoEProbe(acc, gate, i, spec.router))
+                else:
+                    self.probes.append(RouterProbe(acc, gate, i, spec.router, spec.n_experts, spec.top_k, self._report))
+
+    def _report(self, key: str, reason: str) -> None:
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        self.unavailable[key] = reason
+        log.warning("hooks: %s unavailable for run %r: %s", key, self.run.name, reason)
+
+    def _arm(self, on: bool) -> None:
+        self.gate.armed = on
+        for probe in self.probes:
+            probe.arm(on)
+        if on and self.weights is not None:
+            self.weights.snapshot()
+
+    # -- the training loop's calls --
+    def step(
+        self,
+        step: int,
+        loss: Scalar | None = None,
+        lr: float | None = None,
+        tokens: int | None = None,
+        grad_norm: Scalar | None = None,
+    ) -> None:
+        """End of optimizer step ``step``: emit it if it was a logged step, arm the next logged one."""
+        if self.closed:
+            raise RuntimeError("Monitor.step: the monitor is closed; attach a new one")
+        _check_int(step, "step")
+        if tokens is not None:
+            _check_int(tokens, "tokens")
+        if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float))):
+            raise ValueError(f"lr: must be a number, got {type(lr).__name__}")
+        if self.gate.armed:
+            self._flush_step(step, loss, lr, tokens, grad_norm)
+        self._arm((step + 1) % self.every == 0)
+
+    def log(
+        self,
+        step: int,
+        values: dict[str, Scalar],
+        tokens: int | None = None,
+        layer: int | None = None,
+    ) -> None:
+        """Extra values computed outside the hooks, e.g. ``{"val_loss": x}`` or ``{"user.bleu": y}``.
+
+        Names must be registered in :data:`hooks.schema.METRICS` (or start with ``user.``).
+        Sent with the next batch (or at ``flush``/``close``), never reduced across ranks.
+        """
+        _check_int(step, "step")
+        if tokens is not None:
+            _check_int(tokens, "tokens")
+        if layer is not None:
+            _check_int(layer, "layer")
+        if not isinstance(values, dict):
+            raise ValueError("values: must be a dict of metric name -> number")
+        points = []
+        for name, value in values.items():
+            validate_name(name, f"values[{name!r}]")
+            t = _scalar_tensor(value, f"values[{name!r}]", torch.device("cpu"))
+            assert t is not None
+            points.append(Point(name=name, step=step, value=float(t), layer=layer, tokens=tokens))
+        if self.sink is not None:
+            self._submit(lambda: self._write(points))
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every emitted batch has reached the sink (and, for HTTP, the service)."""
+        done = threading.Event()
+        self._submit(done.set)
+        if not done.wait(timeout):
+            return False
+        return self.sink.flush(timeout) if self.sink is not None else True
+
+    def finish(self, status: str = "finished") -> None:
+        """Tell the sink the run ended (``finished``, ``failed``...): the HTTP sink PATCHes the run."""
+        if self._finished:
+            return
+        self._finished = True
+        if self.sink is not None:
+            self._submit(lambda: self.sink.finish(status) if self.sink is not None else None)
+
+    def detach(self) -> None:
+        """Remove every hook and capture flag this monitor installed."""
+        self.gate.armed = False
+        for probe in self.probes:
+            probe.remove()
+        self.probes.clear()
+
+    def close(self, status: str | None = "finished") -> None:
+        """Detach, mark the run ``status`` (unless finish() was called), deliver, close the sink."""
+        if self.closed:
+            return
+        self.detach()
+        if status is not None:
+            self.finish(status)
+        self._jobs.put(None)
+        self._emitter.join()
+        self.closed = True
+        if self.sink is not None:
+            try:
+                self.sink.close()
+            except Exception:  # closing a sink must not take training down
+                log.exception("hooks: closing the sink failed")
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close("failed" if exc_type is not None else "finished")
+
+    # -- one logged step --
+    def _grad_norm(self) -> torch.Tensor | None:
+        grads = [p.grad.detach() for p in self.model.parameters() if p.grad is not None]
+        if not grads:
+            return None
+        norms = torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
+        return torch.linalg.vector_norm(norms).to(self.device, torch.float64)
+
+    def _flush_step(
+        self, step: int, loss: Scalar | None, lr: float | None, tokens: int | None, grad_norm: Scalar | None
+    ) -> None:
+        dev = self.device
+        loss_t = _scalar_tensor(loss, "loss", dev)
+        loss_pair = (
+            torch.stack([loss_t, torch.ones((), dtype=torch.float64, device=dev)])
+            if loss_t is not None
+            else (torch.zeros(2, dtype=torch.float64, device=dev))
+        )
+        reduced = torch.cat([self.acc.pack(), loss_pair])
+        if self.distributed:
+            dist.all_reduce(reduced, group=self.process_group)
+        gn = _scalar_tensor(grad_norm, "grad_norm", dev)
+        if gn is None and self.auto_grad_norm:
+            gn = self._grad_norm()
+        local = [gn.reshape(1) if gn is not None else torch.full((1,), float("nan"), dtype=torch.float64, device=dev)]
+        weight_names: list[tuple[int, str]] = []
+        if self.weights is not None:
+            w, weight_names = self.weights.measure(dev)
+            local.append(w)
+        full = torch.cat([reduced, *local])
+        self.acc.reset()
+        if self.sink is None:
+            return
+        event = None
+        if full.is_cuda:
+            host = torch.empty(full.shape, dtype=full.dtype, pin_memory=True)
+            host.copy_(full, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+        else:
+            host = full.cpu()
+        has_gn = gn is not None
+
+        def job() -> None:
+            if event is not None:
+                event.synchronize()
+            self._emit(step, tokens, lr, host.numpy(), has_gn, weight_names)
+
+        self._submit(job)
+
+    def _emit(
+        self,
+        step: int,
+        tokens: int | None,
+        lr: float | None,
+        flat: np.ndarray,
+        has_gn: bool,
+        weight_names: list[tuple[int, str]],
+    ) -> None:
+        n = self.acc.packed_size
+        layers = self.acc.unpack(flat[:n])
+        loss_sum, loss_n = float(flat[n]), float(flat[n + 1])
+        pos = n + 2
+        points: list[Point] = []
+        for i, values in enumerate(layers):
+            points += [Point(name, step, v, layer=i, tokens=tokens) for name, v in values.items()]
+        if loss_n > 0:
+            points.append(Point("loss", step, loss_sum / loss_n, tokens=tokens))
+        if lr is not None:
+            points.append(Point("lr", step, float(lr), tokens=tokens))
+        if has_gn:
+            points.append(Point("grad_norm", step, float(flat[pos]), tokens=tokens))
+        pos += 1
+        if tokens is not None:
+            points.append(Point("tokens", step, float(tokens), tokens=tokens))
+        for (layer, name), value in zip(weight_names, flat[pos : pos + len(weight_names)]):
+            points.append(Point(name, step, float(value), layer=layer, tokens=tokens))
+        self._check_missing(layers)
+        self._write(points)
+
+    def _check_missing(self, layers: list[LayerValues]) -> None:
+        """After the first logged step with data: report each expected indicator that did not come."""
+        if self._checked_missing or not any(v.items() for v in layers):
+            return
+        self._checked_missing = True
+        for spec in self.plan.layers:
+            got = dict(layers[spec.index].items())
+            expected = []
+            if spec.attention is not None:
+                expected += ["attention_z", "attention_rms", "attention_outlier_ratio"]
+            if spec.mlp is not None:
+                expected += ["mlp_rms", "mlp_outlier_ratio"]
+            if spec.router is not None:
+                expected += ["router_z"] + (["max_vio"] if spec.n_experts > 0 else [])
+            for name in expected:
+                key = f"{name}@{spec.index}"
+                if name not in got and key not in self._reported:
+                    self._report(key, "no value was measured on the first logged step (no forward reached it?)")
+
+    def _write(self, points: list[Point]) -> None:
+        if self.sink is None or not points:
+            return
+        for start in range(0, len(points), 20_000):
+            self.sink.write(Batch(run=self.run.name, points=points[start : start + 20_000]))
+
+    # -- the emitter thread --
+    def _submit(self, job: Callable[[], None]) -> None:
+        if self.closed:
+            raise RuntimeError("Monitor: closed; attach a new one")
+        self._jobs.put(job)
+
+    def _emit_loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                job()
+            except Exception:  # a sink failure must never take training down
+                log.exception("hooks: emitting to the sink failed; training continues")

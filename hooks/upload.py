@@ -1,0 +1,150 @@
+"""``hyperwatch upload DIR --server URL [--token T]``: replay an offline JSONL folder or an HTTP spool.
+
+DIR is a run folder (with ``run.json``) or a folder of them: the JSONL sink's output, or an
+HTTP sink's spool left by a service outage or a crashed training process. For each run: create
+it (POST /api/v1/runs), post its batches (``batches.jsonl`` lines and ``pending/*.json`` files,
+several merged per request under a key derived from theirs, so a replay is idempotent), then set
+its final status. Spool files are deleted once acknowledged; JSONL files are kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from hooks.schema import Batch, SchemaError
+from hooks.sinks import client
+from hooks.sinks.base import RunInfo, SinkError
+from hooks.sinks.folder import (
+    JSONL_FILE,
+    RUN_FILE,
+    STATUS_FILE,
+    find_run_folders,
+    iter_jsonl,
+    merge,
+    pending_files,
+    read_json,
+)
+
+
+class UploadError(RuntimeError):
+    """The service could not take a run's data; the message says which run and why."""
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("dir", type=Path, help="a run folder (with run.json) or a folder of run folders")
+    p.add_argument("--server", required=True, help="the service's base URL, e.g. http://localhost:8000")
+    p.add_argument("--token", default=None, help="write token (default: $HYPERWATCH_TOKEN)")
+    p.add_argument("--max-points", type=int, default=20_000, help="points per request (default 20000)")
+    p.add_argument("--retries", type=int, default=8, help="attempts per request before giving up (default 8)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
+    return p
+
+
+class Uploader:
+    def __init__(self, server: str, token: str | None, max_points: int, retries: int, timeout: float) -> None:
+        if not server.startswith(("http://", "https://")):
+            raise UploadError(f"--server: {server!r} is not an http(s) URL; pass e.g. http://localhost:8000")
+        if max_points < 1 or retries < 1 or timeout <= 0:
+            raise UploadError("--max-points, --retries and --timeout must be positive")
+        self.server, self.token = server.rstrip("/"), token
+        self.max_points, self.retries, self.timeout = max_points, retries, timeout
+
+    def _call(self, method: str, path: str, body: object, key: str | None = None) -> client.Response:
+        delay = 0.5
+        resp = client.Response(0, None)
+        for attempt in range(self.retries):
+            resp = client.request(method, client.api(self.server, path), body, self.token, self.timeout, key)
+            if client.classify(resp) != client.RETRY:
+                return resp
+            if attempt + 1 < self.retries:
+                time.sleep(resp.retry_after if resp.retry_after is not None else delay)
+                delay = min(delay * 2, 30.0)
+        return resp
+
+    def _check(self, resp: client.Response, what: str) -> None:
+        kind = client.classify(resp)
+        if kind == client.DELIVERED:
+            return
+        hint = " (set --token or HYPERWATCH_TOKEN)" if kind == client.AUTH else ""
+        raise UploadError(f"{what}: HTTP {resp.status or 'no answer'} {resp.error or resp.body}{hint}")
+
+    def upload(self, folder: Path) -> int:
+        """Upload one run folder; returns the number of points sent."""
+        try:
+            run = RunInfo.from_json(read_json(folder / RUN_FILE), str(folder / RUN_FILE))
+        except (OSError, ValueError) as exc:
+            raise UploadError(f"{folder / RUN_FILE}: {exc}") from exc
+        resp = self._call("POST", "/api/v1/runs", run.to_json())
+        self._check(resp, f"creating run {run.name!r}")
+        body = resp.body if isinstance(resp.body, dict) else {}
+        run_id = str(body.get("id", run.name))
+        sent = 0
+        group: list[Batch] = []
+        files: list[Path] = []
+        sources: list[tuple[Batch, Path | None]] = []
+        if (folder / JSONL_FILE).is_file():
+            sources += [(b, None) for b in iter_jsonl(folder / JSONL_FILE)]
+        for spooled in pending_files(folder):
+            try:
+                sources.append((Batch.from_json(read_json(spooled)), spooled))
+            except (OSError, ValueError, SchemaError) as exc:
+                raise UploadError(f"{spooled}: {exc}; fix or remove the file") from exc
+        for batch, path in sources:
+            if batch.run != run.name:
+                raise UploadError(f"{path or folder / JSONL_FILE}: batch of run {batch.run!r} in {run.name!r}'s folder")
+            if group and sum(len(b.points) for b in group) + len(batch.points) > self.max_points:
+                sent += self._post(group, files)
+                group, files = [], []
+            group.append(batch)
+            if path is not None:
+                files.append(path)
+        if group:
+            sent += self._post(group, files)
+        status = None
+        if (folder / STATUS_FILE).is_file():
+            status = read_json(folder / STATUS_FILE).get("status")
+        elif run.fields.get("status") not in (None, "running"):
+            status = run.fields["status"]
+        if status:
+            resp = self._call("PATCH", f"/api/v1/runs/{run_id}", {"status": status})
+            self._check(resp, f"setting run {run.name!r} status")
+            (folder / STATUS_FILE).unlink(missing_ok=True)
+        return sent
+
+    def _post(self, group: list[Batch], files: list[Path]) -> int:
+        batch = merge(group)
+        resp = self._call("POST", "/api/v1/points", batch.to_json(), key=batch.batch_id)
+        self._check(resp, f"posting {len(batch.points)} points of run {batch.run!r}")
+        for path in files:
+            path.unlink(missing_ok=True)
+        return len(batch.points)
+
+
+def run(args: argparse.Namespace) -> int:
+    root: Path = args.dir
+    if not root.is_dir():
+        print(f"hyperwatch upload: {root} is not a folder; pass a run folder or a folder of them")
+        return 2
+    folders = find_run_folders(root)
+    if not folders:
+        print(f"hyperwatch upload: no run folder (with {RUN_FILE}) in {root}")
+        return 2
+    token = args.token if args.token is not None else os.environ.get("HYPERWATCH_TOKEN")
+    try:
+        uploader = Uploader(args.server, token, args.max_points, args.retries, args.timeout)
+    except UploadError as exc:
+        print(f"hyperwatch upload: {exc}")
+        return 2
+    failed = 0
+    for folder in folders:
+        try:
+            n = uploader.upload(folder)
+            print(f"{folder.name}: {n} points uploaded")
+        except (UploadError, SinkError, SchemaError) as exc:
+            failed += 1
+            print(f"{folder.name}: FAILED: {exc}")
+    return 1 if failed else 0

@@ -1,0 +1,1 @@
+"""HTTP layer: dependencies, middleware and the routes under /api/v1."""

@@ -1,0 +1,66 @@
+"""FastAPI dependencies: settings, the store, and bearer-token checks for writes and reads."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from monitor.core.config import Settings
+from monitor.store.base import Store
+
+_bearer = HTTPBearer(auto_error=False, description="HYPERWATCH_WRITE_TOKEN (or HYPERWATCH_READ_TOKEN for reads)")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StoreDep = Annotated[Store, Depends(get_store)]
+
+
+def _matches(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+def require_write(settings: SettingsDep, creds: Credentials) -> None:
+    """Writes need ``Authorization: Bearer <write token>`` (open only in dev mode with no token set)."""
+    if settings.write_token is None:
+        return
+    if creds is None:
+        raise HTTPException(
+            401,
+            "missing bearer token: this endpoint writes, send 'Authorization: Bearer <HYPERWATCH_WRITE_TOKEN>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    if not _matches(creds.credentials, settings.write_token):
+        raise HTTPException(403, "bearer token is not the write token (HYPERWATCH_WRITE_TOKEN); check the client's token")
+
+
+def require_read(settings: SettingsDep, creds: Credentials) -> None:
+    """Reads are open unless a read token is set; then the read or the write token is accepted."""
+    if settings.read_token is None:
+        return
+    if creds is None:
+        raise HTTPException(
+            401,
+            "missing bearer token: reads need 'Authorization: Bearer <HYPERWATCH_READ_TOKEN>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    tokens = [settings.read_token] + ([settings.write_token] if settings.write_token else [])
+    if not any(_matches(creds.credentials, t) for t in tokens):
+        raise HTTPException(403, "bearer token is neither the read nor the write token; check the client's token")
+
+
+WriteAuth = Depends(require_write)
+ReadAuth = Depends(require_read)

@@ -1,0 +1,76 @@
+"""Batch ingestion: the body is one hooks.schema Batch."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+
+from hooks.schema import Point
+from monitor.api.deps import SettingsDep, StoreDep, WriteAuth
+from monitor.core.errors import InvalidInputError
+from monitor.detectors import detect
+from monitor.prometheus import ALERTS_RAISED, BATCHES_INGESTED, POINTS_INGESTED
+from monitor.schemas import BatchIn, IngestOut, ProjectName
+
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["points"])
+
+INGEST_DOC = """Store one batch of points (the hooks wire format).
+
+- `run` is a run **name** in the project named by `?project=` (default `default`); the run must
+  exist (404 otherwise: create it with `POST /api/v1/runs`).
+- Idempotent: a `batch_id` already stored is not written again (200, `duplicate: true`); a new
+  batch answers 201. A point's key is (run, name, layer, step): sending a key again overwrites its
+  value and tokens (**last write wins**); within a batch the last occurrence wins.
+- Values: JSON numbers, or the strings `"NaN"`, `"Infinity"`, `"-Infinity"`, stored as such.
+- Limits: body size (413, `HYPERWATCH_MAX_BODY_BYTES`), points per batch (422,
+  `HYPERWATCH_MAX_POINTS_PER_BATCH`, at most hooks.schema.MAX_POINTS_PER_BATCH); every invalid
+  field is a 422 naming it.
+- The service's detectors run on the new points; the reply counts the alert events raised.
+"""
+
+
+@router.post(
+    "/points",
+    response_model=IngestOut,
+    status_code=201,
+    dependencies=[WriteAuth],
+    summary="Ingest a batch of metric points",
+    description=INGEST_DOC,
+    responses={
+        200: {"model": IngestOut, "description": "duplicate batch_id: nothing written"},
+        404: {"description": "unknown run"},
+        413: {"description": "body too large"},
+        422: {"description": "invalid field (named in the message) or too many points"},
+    },
+)
+def ingest(
+    batch: BatchIn,
+    store: StoreDep,
+    settings: SettingsDep,
+    response: Response,
+    project: Annotated[ProjectName, Query(description="project of the run named in the batch")] = "default",
+) -> IngestOut:
+    if len(batch.points) > settings.max_points_per_batch:
+        raise InvalidInputError(
+            f"points: the batch has {len(batch.points)} points; the limit is {settings.max_points_per_batch} "
+            "(HYPERWATCH_MAX_POINTS_PER_BATCH): split it into smaller batches"
+        )
+    run = store.find_run(project, batch.run)
+    points = [Point(p.name, p.step, p.value, p.layer, p.tokens) for p in batch.points]
+    result = store.ingest(run.id, batch.batch_id, points)
+    BATCHES_INGESTED.labels("duplicate" if result.duplicate else "stored").inc()
+    new_alerts = 0
+    if result.duplicate:
+        response.status_code = 200
+    else:
+        POINTS_INGESTED.inc(result.accepted)
+        thresholds = store.get_group(run.group_id).thresholds if run.group_id is not None else None
+        stored = store.add_alerts(run.id, detect(store, run.id, points, thresholds))
+        for alert in stored:
+            ALERTS_RAISED.labels(alert.rule).inc()
+            log.info("alert %s on %s/%s: %s", alert.rule, run.project, run.name, alert.message)
+        new_alerts = len(stored)
+    return IngestOut(accepted=result.accepted, duplicate=result.duplicate, run_id=run.id, alerts=new_alerts)

@@ -1,0 +1,124 @@
+"""Reads for dashboards: downsampled series, many runs on one x-axis, the layer x step matrix."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from monitor.api.deps import ReadAuth, SettingsDep, StoreDep
+from monitor.core.errors import InvalidInputError
+from monitor.schemas import (
+    CompareOut,
+    ComparePoint,
+    CompareSeries,
+    LayerMatrixOut,
+    MetricName,
+    SeriesOut,
+    XAxis,
+)
+from monitor.store.entities import Run, Series
+
+router = APIRouter(tags=["query"], dependencies=[ReadAuth])
+
+Layer = Annotated[int | None, Query(ge=0, description="block index; omit for a run-level metric")]
+Start = Annotated[int | None, Query(ge=0, description="first step (inclusive)")]
+End = Annotated[int | None, Query(ge=0, description="last step (inclusive)")]
+
+SERIES_DOC = """A series downsampled server-side to at most `buckets` buckets.
+
+Each bucket returns its minimum and its maximum point, so spikes survive; the first and last
+points and every NaN/Inf point are always returned. With few points, all are returned
+(`downsampled: false`). Non-finite values are the strings "NaN", "Infinity", "-Infinity"."""
+
+
+def _buckets(n: int, settings_max: int) -> int:
+    if n > settings_max:
+        raise InvalidInputError(f"buckets: {n} is above the limit of {settings_max} (HYPERWATCH_MAX_BUCKETS)")
+    return n
+
+
+@router.get("/runs/{run_id}/series", response_model=SeriesOut, summary="One series", description=SERIES_DOC)
+def series(
+    run_id: int,
+    name: Annotated[MetricName, Query()],
+    store: StoreDep,
+    settings: SettingsDep,
+    layer: Layer = None,
+    buckets: Annotated[int, Query(ge=1)] = 2000,
+    start: Start = None,
+    end: End = None,
+) -> SeriesOut:
+    s = store.series(run_id, name, layer, _buckets(buckets, settings.max_buckets), start, end)
+    return SeriesOut.model_validate(s)
+
+
+def _x_values(run: Run, s: Series, x: str) -> list[ComparePoint]:
+    where = f"run {run.project}/{run.name} (id {run.id})"
+    if x == "step":
+        return [ComparePoint(x=p.step, step=p.step, value=p.value) for p in s.points]
+    if x == "fraction" and run.tokens is None:
+        if run.total_steps is None:
+            raise InvalidInputError(
+                f"x=fraction: {where} has neither tokens nor total_steps; set one with PATCH /api/v1/runs/{run.id}"
+            )
+        return [ComparePoint(x=p.step / run.total_steps, step=p.step, value=p.value) for p in s.points]
+    if x in ("flops", "fraction") and not run.tokens:
+        raise InvalidInputError(f"x={x}: {where} has no tokens (training tokens); set it with PATCH /api/v1/runs/{run.id}")
+    if x == "flops" and run.flops is None:
+        raise InvalidInputError(f"x=flops: {where} has no flops; set it with PATCH /api/v1/runs/{run.id}")
+    scale = 1.0
+    if x == "flops":
+        assert run.flops is not None and run.tokens
+        scale = run.flops / run.tokens  # training FLOPs per token
+    elif x == "fraction":
+        assert run.tokens
+        scale = 1.0 / run.tokens
+    pts = [ComparePoint(x=p.tokens * scale, step=p.step, value=p.value) for p in s.points if p.tokens is not None]
+    if s.points and not pts:
+        raise InvalidInputError(f"x={x}: the points of {where} carry no tokens; send tokens with each point or use x=step")
+    return pts
+
+
+@router.get("/compare", response_model=CompareOut, summary="Many runs' series on one x-axis")
+def compare(
+    name: Annotated[MetricName, Query()],
+    store: StoreDep,
+    settings: SettingsDep,
+    run_id: Annotated[list[int] | None, Query(description="repeat for each run")] = None,
+    group_id: Annotated[int | None, Query(description="every run of this group")] = None,
+    layer: Layer = None,
+    x: Annotated[XAxis, Query(description="step, tokens, flops (tokens x run FLOPs/token) or fraction")] = "step",
+    buckets: Annotated[int, Query(ge=1)] = 1000,
+) -> CompareOut:
+    ids = list(run_id or [])
+    if group_id is not None:
+        group = store.get_group(group_id)
+        ids += [r.id for r in store.list_runs(project=group.project, group=group.name, limit=settings.max_compare_runs)]
+    if not ids:
+        raise InvalidInputError("run_id: give one or more run_id=N parameters, or group_id")
+    if len(ids) > settings.max_compare_runs:
+        raise InvalidInputError(f"run_id: {len(ids)} runs; the limit is {settings.max_compare_runs}")
+    out = []
+    for rid in dict.fromkeys(ids):
+        run = store.get_run(rid)
+        s = store.series(rid, name, layer, _buckets(buckets, settings.max_buckets), None, None)
+        out.append(
+            CompareSeries(run_id=rid, run=run.name, project=run.project, downsampled=s.downsampled,
+                          points=_x_values(run, s, x))
+        )
+    return CompareOut(name=name, layer=layer, x=x, series=out)
+
+
+@router.get("/runs/{run_id}/layers", response_model=LayerMatrixOut, summary="Layer x step matrix for heatmaps")
+def layers(
+    run_id: int,
+    name: Annotated[MetricName, Query()],
+    store: StoreDep,
+    settings: SettingsDep,
+    buckets: Annotated[int, Query(ge=1)] = 200,
+    start: Start = None,
+    end: End = None,
+) -> LayerMatrixOut:
+    m = store.layer_matrix(run_id, name, _buckets(buckets, settings.max_buckets), start, end)
+    return LayerMatrixOut.model_validate(m)

@@ -1,0 +1,63 @@
+"""Runs: create-or-update by (project, name), partial update by id, list and filter."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+
+from monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
+from monitor.schemas import RunCreate, RunOut, RunUpdate, SeriesInfoOut, Status
+
+router = APIRouter(tags=["runs"])
+
+
+@router.post(
+    "/runs",
+    response_model=RunOut,
+    status_code=201,
+    dependencies=[WriteAuth],
+    responses={200: {"model": RunOut, "description": "an existing run, updated"}},
+    summary="Create a run, or update the run with this project and name",
+)
+def upsert_run(body: RunCreate, store: StoreDep, response: Response) -> RunOut:
+    fields = body.model_dump(exclude_unset=True, exclude={"name", "project"})
+    run, created = store.upsert_run(body.project, body.name, fields)
+    response.status_code = 201 if created else 200
+    return RunOut.model_validate(run)
+
+
+@router.get("/runs", response_model=list[RunOut], dependencies=[ReadAuth], summary="List runs")
+def list_runs(
+    store: StoreDep,
+    settings: SettingsDep,
+    project: str | None = None,
+    group: str | None = None,
+    tag: Annotated[list[str] | None, Query(description="repeat for runs having every tag")] = None,
+    status: Status | None = None,
+    limit: Annotated[int, Query(ge=1)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[RunOut]:
+    limit = min(limit, settings.max_page_size)
+    runs = store.list_runs(project, group, tag or (), status, limit, offset)
+    return [RunOut.model_validate(r) for r in runs]
+
+
+@router.get("/runs/{run_id}", response_model=RunOut, dependencies=[ReadAuth], summary="One run")
+def get_run(run_id: int, store: StoreDep) -> RunOut:
+    return RunOut.model_validate(store.get_run(run_id))
+
+
+@router.patch("/runs/{run_id}", response_model=RunOut, dependencies=[WriteAuth], summary="Update a run")
+def update_run(run_id: int, body: RunUpdate, store: StoreDep) -> RunOut:
+    return RunOut.model_validate(store.update_run(run_id, body.model_dump(exclude_unset=True)))
+
+
+@router.get(
+    "/runs/{run_id}/series_index",
+    response_model=list[SeriesInfoOut],
+    dependencies=[ReadAuth],
+    summary="Every series of a run with its latest point",
+)
+def series_index(run_id: int, store: StoreDep) -> list[SeriesInfoOut]:
+    return [SeriesInfoOut.model_validate(s) for s in store.list_series(run_id)]

@@ -1,0 +1,106 @@
+"""The service's own alerting: the same spike, NaN and MaxVio rules as prometheus/rules.yml.
+
+For users without Prometheus, every ingested batch runs through these detectors and what they find
+is stored as alert events (listed by ``GET /api/v1/alerts`` and drawn on the dashboards).
+
+Rules (thresholds per group, see :class:`monitor.schemas.Thresholds`):
+
+- ``z_spike`` (attention_z, router_z, per layer): a value is a spike when it exceeds the trailing
+  baseline by ``spike_mad_multiple`` robust deviations *and* by ``spike_min_relative`` x |median|,
+  and is at least the metric's absolute minimum. The baseline is the median of the previous
+  ``spike_window`` points (the current point excluded, so a spike cannot raise its own bar) and the
+  deviation is 1.4826 x MAD (a standard deviation for Gaussian noise, unmoved by earlier spikes).
+  No verdict before ``spike_min_points`` points of history.
+- ``nan_loss``: loss or val_loss is NaN or +-Inf. ``nonfinite_value``: any other metric is.
+- ``max_vio_collapse``: an MoE layer's MaxVio above ``max_vio_limit`` (the busiest expert gets more
+  than (1 + limit) x its fair share: routing is collapsing onto few experts).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict, deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from hooks.schema import Point, base_name, encode_value
+from monitor.store.base import Store
+from monitor.store.entities import NewAlert
+
+DEFAULT_THRESHOLDS: dict[str, float] = {
+    "spike_window": 50,
+    "spike_min_points": 10,
+    "spike_mad_multiple": 8.0,
+    "spike_min_relative": 0.5,
+    "attention_z_min": 100.0,
+    "router_z_min": 50.0,
+    "max_vio_limit": 2.0,
+}
+SPIKE_METRICS = ("attention_z", "router_z")
+LOSS_METRICS = ("loss", "val_loss")
+MAD_TO_SIGMA = 1.4826
+
+
+def thresholds_for(group_thresholds: dict[str, Any] | None) -> dict[str, float]:
+    merged = dict(DEFAULT_THRESHOLDS)
+    merged.update({k: float(v) for k, v in (group_thresholds or {}).items() if v is not None})
+    return merged
+
+
+def is_spike(value: float, history: Sequence[float], th: dict[str, float], floor: float) -> tuple[bool, float | None]:
+    """(spike?, baseline median) of ``value`` against its trailing ``history`` (finite values only)."""
+    if not math.isfinite(value) or value < floor:
+        return False, None  # cheap exits first: most points are below the absolute minimum
+    arr = np.asarray(history, dtype=np.float64)
+    finite = arr[np.isfinite(arr)]
+    if finite.size < th["spike_min_points"]:
+        return False, None
+    med = float(np.median(finite))
+    mad = float(np.median(np.abs(finite - med))) * MAD_TO_SIGMA
+    jump = value - med
+    return (
+        value >= floor and jump > th["spike_mad_multiple"] * mad and jump > th["spike_min_relative"] * abs(med),
+        med,
+    )
+
+
+def detect(store: Store, run_id: int, points: Sequence[Point], group_thresholds: dict[str, Any] | None) -> list[NewAlert]:
+    """Alerts raised by a batch (after it is stored: the trailing windows are read from the store)."""
+    th = thresholds_for(group_thresholds)
+    alerts: list[NewAlert] = []
+    series: dict[tuple[str, int | None], list[Point]] = defaultdict(list)
+    for p in points:
+        base = base_name(p.name)
+        if not math.isfinite(p.value):
+            rule = "nan_loss" if base in LOSS_METRICS else "nonfinite_value"
+            where = "" if p.layer is None else f" in layer {p.layer}"
+            alerts.append(
+                NewAlert(rule, "critical", p.name, p.layer, p.step, p.value, None,
+                         f"{p.name}{where} is {encode_value(p.value)} at step {p.step}")
+            )
+        elif base == "max_vio" and p.value > th["max_vio_limit"]:
+            alerts.append(
+                NewAlert("max_vio_collapse", "warning", p.name, p.layer, p.step, p.value, th["max_vio_limit"],
+                         f"MaxVio of layer {p.layer} is {p.value:.3g} at step {p.step} (limit "
+                         f"{th['max_vio_limit']:.3g}): routing is collapsing onto few experts")
+            )
+        if p.name in SPIKE_METRICS:
+            series[(p.name, p.layer)].append(p)
+    window = int(th["spike_window"])
+    for (name, layer), pts in series.items():
+        pts.sort(key=lambda q: q.step)
+        history: deque[float] = deque(store.trailing_values(run_id, name, layer, pts[0].step, window), maxlen=window)
+        floor = th[f"{name}_min"]
+        for p in pts:
+            spike, med = is_spike(p.value, history, th, floor)
+            if spike:
+                assert med is not None
+                alerts.append(
+                    NewAlert("z_spike", "warning", name, layer, p.step, p.value, med,
+                             f"{name} of layer {layer} jumped to {p.value:.4g} at step {p.step} from a "
+                             f"trailing median of {med:.4g}")
+                )
+            history.append(p.value)
+    return alerts

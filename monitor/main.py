@@ -1,0 +1,71 @@
+"""The FastAPI application: ``create_app(settings)``; ``hyperwatch serve`` runs it with uvicorn."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry
+
+from hyperwatch import __version__
+from monitor.api.middleware import BodySizeLimit, RequestTiming
+from monitor.api.routes import API_ROUTERS, health
+from monitor.core.config import Settings
+from monitor.core.errors import MonitorError
+from monitor.prometheus import DATABASE_ERRORS, build_registry
+from monitor.store import SqlStore, Store
+from monitor.store.engine import DB_ERRORS_HOOK
+
+log = logging.getLogger(__name__)
+API_PREFIX = "/api/v1"
+
+
+def create_app(settings: Settings, store: Store | None = None, registry: CollectorRegistry | None = None) -> FastAPI:
+    """Build the app; raises SchemaOutOfDateError (naming ``hyperwatch db upgrade``) on an old schema."""
+    store = store if store is not None else SqlStore(settings.database_url)
+    if settings.check_schema:
+        store.check_schema()
+    if settings.dev_mode and settings.write_token is None:
+        log.warning("dev mode without HYPERWATCH_WRITE_TOKEN: anyone who can reach this port can write")
+    if not DB_ERRORS_HOOK:
+        DB_ERRORS_HOOK.append(lambda _exc: DATABASE_ERRORS.inc())
+
+    app = FastAPI(
+        title="HyperWatch monitor",
+        version=__version__,
+        description="Training-stability monitoring: ingest metric points, query series, alerts, Prometheus.",
+    )
+    app.state.settings = settings
+    app.state.store = store
+    app.state.registry = build_registry(store, registry)
+    for router in API_ROUTERS:
+        app.include_router(router, prefix=API_PREFIX)
+    app.include_router(health.router)
+
+    @app.exception_handler(MonitorError)
+    async def _domain_error(_request: Request, exc: MonitorError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # The inputs are not echoed back: they may hold NaN, which JSON cannot carry.
+        errors: list[dict[str, Any]] = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()
+        ]
+        summary = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:5])
+        return JSONResponse({"detail": errors, "message": summary}, status_code=422)
+
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "PATCH"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
+    app.add_middleware(RequestTiming)
+    return app

@@ -1,0 +1,134 @@
+"""Prometheus metrics: the service's own (module level) and a scrape-time collector over active runs.
+
+Service metrics are declared once here, unregistered; :func:`build_registry` puts them and a
+:class:`RunCollector` into a registry per app (tests pass a fresh ``CollectorRegistry``).
+
+Run gauges are read from the ``series_latest`` table at scrape time, for runs whose status is
+``running`` only (a finished run's series disappear, so label sets stay bounded). Labels are
+``project`` and ``run``; ``layer`` only on the ``hyperwatch_layer_*`` families and only for runs
+created with ``export_layers: true``. No step or metric-name labels: per-step detail stays in SQL.
+NaN and +-Inf are exported as themselves (the exposition format has NaN, +Inf and -Inf).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from monitor.store.base import Store
+
+POINTS_INGESTED = Counter(
+    "hyperwatch_points_ingested_total", "Metric points stored (duplicates of a batch not counted)", registry=None
+)
+BATCHES_INGESTED = Counter(
+    "hyperwatch_batches_ingested_total", "Batches received, by outcome", ["outcome"], registry=None
+)
+REQUEST_DURATION = Histogram(
+    "hyperwatch_http_request_duration_seconds",
+    "HTTP request duration by method, route template and status class",
+    ["method", "route", "status"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    registry=None,
+)
+DATABASE_ERRORS = Counter("hyperwatch_database_errors_total", "Database operations that failed", registry=None)
+ALERTS_RAISED = Counter("hyperwatch_alerts_raised_total", "Alert events stored by the detectors", ["rule"], registry=None)
+SERVICE_METRICS = (POINTS_INGESTED, BATCHES_INGESTED, REQUEST_DURATION, DATABASE_ERRORS, ALERTS_RAISED)
+
+# registry metric name -> (gauge suffix, help). Max over layers at the series' latest step.
+RUN_GAUGES: dict[str, tuple[str, str]] = {
+    "attention_z": ("attention_z_max", "Latest attention Z-value, max over layers (logit^2)"),
+    "router_z": ("router_z_max", "Latest router Z-value, max over MoE layers (logit^2)"),
+    "max_vio": ("max_vio_ratio_max", "Latest MaxVio, max over MoE layers (ratio; 0 = balanced)"),
+    "attention_rms": ("attention_rms_max", "Latest attention branch output RMS, max over layers"),
+    "mlp_rms": ("mlp_rms_max", "Latest MLP/MoE branch output RMS, max over layers"),
+    "attention_outlier_ratio": ("attention_outlier_ratio_max", "Latest attention output outlier ratio (0..1)"),
+    "mlp_outlier_ratio": ("mlp_outlier_ratio_max", "Latest MLP/MoE output outlier ratio (0..1)"),
+    "loss": ("loss_nats", "Latest training loss (nats)"),
+}
+
+
+def _max(values: list[float]) -> float:
+    """Max that keeps NaN: a NaN anywhere is the fact to report."""
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    return max(values)
+
+
+class RunCollector(Collector):
+    """Gauges of active runs, read from the store at scrape time."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def describe(self) -> list[Any]:
+        return []  # values are read at scrape time; nothing to describe at registration
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        latest = self.store.latest_for_active_runs()
+        per_run: dict[tuple[str, str], dict[str, list[tuple[int | None, int, float]]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        export_layers: dict[tuple[str, str], bool] = {}
+        last_seen: dict[tuple[str, str], float] = {}
+        for lv in latest:
+            key = (lv.project, lv.run)
+            per_run[key][lv.name].append((lv.layer, lv.step, lv.value))
+            export_layers[key] = lv.export_layers
+            if lv.last_point_at is not None:
+                last_seen[key] = lv.last_point_at.timestamp()
+        labels = ["project", "run"]
+        fams = {
+            m: GaugeMetricFamily(f"hyperwatch_run_{suffix}", help_, labels=labels)
+            for m, (suffix, help_) in RUN_GAUGES.items()
+        }
+        layer_fams = {
+            m: GaugeMetricFamily(f"hyperwatch_layer_{m}", f"Latest {m} per layer (runs with export_layers)",
+                                 labels=[*labels, "layer"])
+            for m in RUN_GAUGES
+            if m != "loss"
+        }
+        nan_flag = GaugeMetricFamily(
+            "hyperwatch_run_nan", "1 when the run's latest loss or any latest indicator is NaN or +-Inf", labels=labels
+        )
+        step = GaugeMetricFamily("hyperwatch_run_step", "Latest step with a stored point", labels=labels)
+        seen = GaugeMetricFamily(
+            "hyperwatch_run_last_point_timestamp_seconds", "Unix time the run last sent points", labels=labels
+        )
+        for key, names in per_run.items():
+            lab = list(key)
+            nonfinite = False
+            newest = 0
+            for name, rows in names.items():
+                newest = max([newest, *(s for _, s, _ in rows)])
+                if name not in RUN_GAUGES:
+                    continue
+                top = max(s for _, s, _ in rows)
+                at_top = [v for _, s, v in rows if s == top]
+                nonfinite = nonfinite or any(not math.isfinite(v) for v in at_top)
+                fams[name].add_metric(lab, _max(at_top))
+                if export_layers.get(key) and name in layer_fams:
+                    for layer, _s, v in rows:
+                        if layer is not None:
+                            layer_fams[name].add_metric([*lab, str(layer)], v)
+            nan_flag.add_metric(lab, 1.0 if nonfinite else 0.0)
+            step.add_metric(lab, float(newest))
+            if key in last_seen:
+                seen.add_metric(lab, last_seen[key])
+        yield from fams.values()
+        yield from layer_fams.values()
+        yield from (nan_flag, step, seen)
+
+
+def build_registry(store: Store, registry: CollectorRegistry | None = None) -> CollectorRegistry:
+    """A registry holding the service metrics and a collector over ``store``'s active runs."""
+    reg = registry if registry is not None else CollectorRegistry()
+    for metric in SERVICE_METRICS:
+        reg.register(metric)
+    reg.register(RunCollector(store))
+    return reg

@@ -1,0 +1,265 @@
+"""Pydantic v2 models of the HTTP API (separate from the ORM rows and the store's dataclasses).
+
+Non-finite numbers in JSON, both ways: ``NaN``, ``+Inf`` and ``-Inf`` travel as the strings
+``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (the wire convention of :mod:`hooks.schema`), finite
+values as JSON numbers. :data:`WireFloat` does the conversion for every value field.
+
+The ingestion body is exactly a :class:`hooks.schema.Batch`; :class:`BatchIn` validates it with the
+same rules (it calls ``validate_name``, ``validate_run_name`` and ``decode_value`` from hooks.schema).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
+
+from hooks.schema import (
+    MAX_LAYER,
+    MAX_POINTS_PER_BATCH,
+    MAX_STEP,
+    SchemaError,
+    decode_value,
+    encode_value,
+    validate_name,
+    validate_run_name,
+)
+
+
+def _decode(value: Any) -> float:
+    try:
+        return decode_value(value)
+    except SchemaError as exc:
+        raise ValueError(str(exc).split(": ", 1)[-1]) from exc
+
+
+def _checked(fn: Any) -> Any:
+    def check(value: Any) -> Any:
+        try:
+            return fn(value)
+        except SchemaError as exc:
+            raise ValueError(str(exc).split(": ", 1)[-1]) from exc
+
+    return check
+
+
+_WIRE_SCHEMA = {
+    "anyOf": [{"type": "number"}, {"type": "string", "enum": ["NaN", "Infinity", "-Infinity"]}],
+    "description": "a number; non-finite values as the strings NaN, Infinity, -Infinity",
+}
+WireFloat = Annotated[
+    float,
+    BeforeValidator(_decode),
+    PlainSerializer(encode_value, return_type=Any, when_used="json"),
+    WithJsonSchema(_WIRE_SCHEMA),
+]
+MetricName = Annotated[str, BeforeValidator(_checked(validate_name))]
+RunName = Annotated[str, BeforeValidator(_checked(validate_run_name))]
+ProjectName = Annotated[str, BeforeValidator(_checked(lambda v: validate_run_name(v, "project")))]
+Status = Literal["running", "finished", "failed", "crashed"]
+Tag = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:=+@/-]+$")]
+XAxis = Literal["step", "tokens", "flops", "fraction"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- ingestion ------------------------------------------------------------------------------------
+class PointIn(Strict):
+    name: MetricName
+    layer: int | None = Field(None, ge=0, le=MAX_LAYER, description="block index from 0; null = run level")
+    step: int = Field(ge=0, le=MAX_STEP)
+    tokens: int | None = Field(None, ge=0, le=MAX_STEP)
+    value: WireFloat
+
+
+class BatchIn(Strict):
+    """One hooks.schema Batch. ``run`` is a run name in the project given by ``?project=`` (default)."""
+
+    batch_id: str = Field(pattern=r"^[A-Za-z0-9_-]{8,64}$", description="idempotency key of the send")
+    run: RunName
+    points: list[PointIn] = Field(max_length=MAX_POINTS_PER_BATCH)
+
+
+class IngestOut(BaseModel):
+    accepted: int = Field(description="points in the batch (of the first send, when duplicate)")
+    duplicate: bool = Field(description="true when this batch_id was already stored (nothing written)")
+    run_id: int
+    alerts: int = Field(0, description="new alert events the batch raised")
+
+
+# -- runs and groups ------------------------------------------------------------------------------
+class RunFields(Strict):
+    """Fields a create or update may set; omitted fields are left as they are."""
+
+    group: str | None = Field(None, max_length=200, description="group (sweep) name; created when new")
+    status: Status | None = None
+    config: dict[str, Any] | None = None
+    summary: dict[str, WireFloat | str | int | None] | None = Field(
+        None, description="merged into the stored summary, e.g. {'val_loss': 3.21}"
+    )
+    tags: list[Tag] | None = Field(None, max_length=100)
+    depth: int | None = Field(None, ge=1, le=100_000)
+    width: int | None = Field(None, ge=1, le=10_000_000)
+    total_params: int | None = Field(None, ge=0)
+    active_params: int | None = Field(None, ge=0)
+    tokens: int | None = Field(None, ge=0, description="training tokens of the whole run")
+    total_steps: int | None = Field(None, ge=1, description="planned optimizer steps (x axis 'fraction')")
+    flops: float | None = Field(None, ge=0, description="training FLOPs of the whole run")
+    lr: float | None = Field(None, gt=0)
+    optimizer: str | None = Field(None, max_length=64)
+    parameterization: str | None = Field(None, max_length=64)
+    export_layers: bool | None = Field(None, description="export per-layer gauges on /metrics (label layer)")
+
+
+class RunCreate(RunFields):
+    name: RunName
+    project: ProjectName = "default"
+
+
+class RunUpdate(RunFields):
+    pass
+
+
+class RunOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    project: str
+    name: str
+    status: str
+    group: str | None
+    group_id: int | None
+    config: dict[str, Any]
+    summary: dict[str, WireFloat | str | int | None]
+    tags: list[str]
+    depth: int | None
+    width: int | None
+    total_params: int | None
+    active_params: int | None
+    tokens: int | None
+    total_steps: int | None
+    flops: float | None
+    lr: float | None
+    optimizer: str | None
+    parameterization: str | None
+    export_layers: bool
+    last_step: int | None
+    last_point_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class Thresholds(Strict):
+    """Detector settings of a group (defaults in monitor.detectors.DEFAULT_THRESHOLDS)."""
+
+    spike_window: int | None = Field(None, ge=5, le=10_000, description="trailing points of the baseline")
+    spike_min_points: int | None = Field(None, ge=3, le=10_000)
+    spike_mad_multiple: float | None = Field(None, gt=0)
+    spike_min_relative: float | None = Field(None, ge=0, description="jump must exceed this x |median|")
+    attention_z_min: float | None = Field(None, ge=0, description="minimum absolute attention Z of a spike")
+    router_z_min: float | None = Field(None, ge=0, description="minimum absolute router Z of a spike")
+    max_vio_limit: float | None = Field(None, gt=0, description="MaxVio above this is a collapse")
+
+
+class GroupFields(Strict):
+    description: str | None = Field(None, max_length=10_000)
+    config: dict[str, Any] | None = None
+    thresholds: Thresholds | None = None
+
+
+class GroupCreate(GroupFields):
+    name: RunName
+    project: ProjectName = "default"
+
+
+class GroupOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    project: str
+    name: str
+    description: str
+    config: dict[str, Any]
+    thresholds: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+# -- queries --------------------------------------------------------------------------------------
+class SeriesPointOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    step: int
+    tokens: int | None
+    value: WireFloat
+
+
+class SeriesOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    run_id: int
+    name: str
+    layer: int | None
+    buckets: int
+    downsampled: bool = Field(description="false when every point in range is returned")
+    points: list[SeriesPointOut]
+
+
+class SeriesInfoOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    name: str
+    layer: int | None
+    step: int
+    value: WireFloat
+
+
+class ComparePoint(BaseModel):
+    x: WireFloat
+    step: int
+    value: WireFloat
+
+
+class CompareSeries(BaseModel):
+    run_id: int
+    run: str
+    project: str
+    downsampled: bool
+    points: list[ComparePoint]
+
+
+class CompareOut(BaseModel):
+    name: str
+    layer: int | None
+    x: XAxis
+    series: list[CompareSeries]
+
+
+class LayerMatrixOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    run_id: int
+    name: str
+    layers: list[int]
+    bucket_starts: list[int] = Field(description="first step of each column")
+    bucket_width: int
+    values: list[list[WireFloat | None]] = Field(description="[layer][bucket]: max, NaN if any NaN, null if empty")
+
+
+class AlertOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    run_id: int
+    run: str
+    project: str
+    rule: str
+    severity: str
+    name: str
+    layer: int | None
+    step: int
+    value: WireFloat
+    baseline: float | None
+    message: str
+    created_at: datetime
+
+
+class HealthOut(BaseModel):
+    status: str
+    detail: str | None = None

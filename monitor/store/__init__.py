@@ -1,0 +1,10 @@
+"""Storage: an abstract :class:`Store` and its SQLAlchemy implementation.
+
+ORM rows never leave this package; callers get the dataclasses of :mod:`monitor.store.entities`
+and the errors of :mod:`monitor.core.errors`.
+"""
+
+from monitor.store.base import Store
+from monitor.store.sql import SqlStore
+
+__all__ = ["SqlStore", "Store"]

@@ -1,0 +1,116 @@
+"""The store interface: everything the API, detectors and /metrics need from the database.
+
+One implementation today (:class:`monitor.store.sql.SqlStore`, SQLite or PostgreSQL). Methods
+raise :mod:`monitor.core.errors` exceptions, never database-driver ones.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from hooks.schema import Point
+from monitor.store.entities import (
+    Alert,
+    Group,
+    IngestResult,
+    LayerMatrix,
+    LatestValue,
+    NewAlert,
+    Run,
+    Series,
+    SeriesInfo,
+)
+
+
+class Store(ABC):
+    # schema and health
+    @abstractmethod
+    def ping(self) -> None:
+        """Raise StoreUnavailableError unless the database answers."""
+
+    @abstractmethod
+    def check_schema(self) -> None:
+        """Raise SchemaOutOfDateError unless the schema is at the code's head revision."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    # runs and groups
+    @abstractmethod
+    def upsert_run(self, project: str, name: str, fields: dict[str, Any]) -> tuple[Run, bool]:
+        """Create the run or update the given fields; returns (run, created)."""
+
+    @abstractmethod
+    def update_run(self, run_id: int, fields: dict[str, Any]) -> Run: ...
+
+    @abstractmethod
+    def get_run(self, run_id: int) -> Run: ...
+
+    @abstractmethod
+    def find_run(self, project: str, name: str) -> Run: ...
+
+    @abstractmethod
+    def list_runs(
+        self,
+        project: str | None = None,
+        group: str | None = None,
+        tags: Sequence[str] = (),
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Run]: ...
+
+    @abstractmethod
+    def upsert_group(self, project: str, name: str, fields: dict[str, Any]) -> tuple[Group, bool]: ...
+
+    @abstractmethod
+    def update_group(self, group_id: int, fields: dict[str, Any]) -> Group: ...
+
+    @abstractmethod
+    def get_group(self, group_id: int) -> Group: ...
+
+    @abstractmethod
+    def list_groups(self, project: str | None = None) -> list[Group]: ...
+
+    # points
+    @abstractmethod
+    def ingest(self, run_id: int, batch_id: str, points: Sequence[Point]) -> IngestResult:
+        """Store a batch once: a repeated batch_id is a no-op; a repeated (name, layer, step) overwrites."""
+
+    @abstractmethod
+    def series(
+        self, run_id: int, name: str, layer: int | None, buckets: int, start: int | None, end: int | None
+    ) -> Series: ...
+
+    @abstractmethod
+    def layer_matrix(
+        self, run_id: int, name: str, buckets: int, start: int | None, end: int | None
+    ) -> LayerMatrix: ...
+
+    @abstractmethod
+    def list_series(self, run_id: int) -> list[SeriesInfo]: ...
+
+    @abstractmethod
+    def trailing_values(self, run_id: int, name: str, layer: int | None, before_step: int, limit: int) -> list[float]:
+        """The ``limit`` newest values strictly before ``before_step``, oldest first."""
+
+    # alerts and exports
+    @abstractmethod
+    def add_alerts(self, run_id: int, alerts: Sequence[NewAlert]) -> list[NewAlert]:
+        """Store alerts, skipping ones already stored; returns the new ones."""
+
+    @abstractmethod
+    def list_alerts(
+        self,
+        run_id: int | None = None,
+        project: str | None = None,
+        group_id: int | None = None,
+        rule: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Alert]: ...
+
+    @abstractmethod
+    def latest_for_active_runs(self) -> list[LatestValue]: ...

@@ -1,0 +1,151 @@
+"""Server-side downsampling: min and max per bucket, computed in SQL.
+
+A series with steps in [lo, hi] is cut into N buckets of ``w = ceil((hi - lo + 1) / N)`` steps. Each
+bucket returns its minimum and its maximum point (with their real steps), so a one-step spike
+survives any N (uniform or reservoir sampling keeps a spike only by luck). The first and last
+points of the range and every non-finite point (NaN, +-Inf: events, not noise) are always kept.
+
+For wide buckets the extremes are read from ``metric_rollups`` instead of the points: the coarsest
+level whose block width is at most w is used, each block counts in the bucket holding its first step
+(bucket edges snap to block edges; every point is still in exactly one bucket, and each bucket's
+min and max are exact over its points). Blocks cut by an explicit start/end are read raw.
+
+The arg-min/arg-max per group is dialect-specific SQL: SQLite's documented bare-column rule for a
+lone ``min()``/``max()`` aggregate, PostgreSQL's ``DISTINCT ON``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from monitor.store.models import NONFINITE_PREDICATE, ROLLUP_LEVELS
+
+Cand = tuple[int, int | None, float | None]  # step, tokens, sql value (None = NaN)
+KEY = "run_id = :run_id AND name_id = :name_id AND layer = :layer"
+
+
+def _extremes(
+    conn: Connection,
+    source: str,
+    cols: tuple[str, str, str],
+    where: str,
+    bucket: str,
+    params: dict[str, Any],
+    aggs: tuple[str, ...] = ("min", "max"),
+) -> list[tuple[int, Cand]]:
+    """(bucket, point) of the min and/or the max of ``cols[2]`` per bucket of ``source``."""
+    step, tokens, value = cols
+    out: list[tuple[int, Cand]] = []
+    for agg in aggs:
+        order = "ASC" if agg == "min" else "DESC"
+        if conn.dialect.name == "postgresql":
+            sql = (
+                f"SELECT DISTINCT ON (b) {bucket} AS b, {step}, {tokens}, {value} FROM {source} "
+                f"WHERE {where} AND {value} IS NOT NULL ORDER BY b, {value} {order}, {step}"
+            )
+        else:
+            sql = (
+                f"SELECT {bucket} AS b, {step}, {tokens}, {agg}({value}) FROM {source} "
+                f"WHERE {where} AND {value} IS NOT NULL GROUP BY b"
+            )
+        out.extend((int(b), (int(s), t, v)) for b, s, t, v in conn.execute(text(sql), params))
+    return out
+
+
+def _raw(conn: Connection, params: dict[str, Any], a: int, b: int) -> list[Cand]:
+    sql = f"SELECT step, tokens, value FROM metric_points WHERE {KEY} AND step >= :a AND step <= :b ORDER BY step"
+    return [(int(s), t, v) for s, t, v in conn.execute(text(sql), {**params, "a": a, "b": b})]
+
+
+def _end_point(conn: Connection, params: dict[str, Any], first: bool) -> Cand | None:
+    order = "ASC" if first else "DESC"
+    sql = (
+        f"SELECT step, tokens, value FROM metric_points WHERE {KEY} AND step >= :start AND step <= :end "
+        f"ORDER BY step {order} LIMIT 1"
+    )
+    row = conn.execute(text(sql), params).first()
+    return None if row is None else (int(row[0]), row[1], row[2])
+
+
+def step_range(conn: Connection, params: dict[str, Any]) -> tuple[Cand, Cand] | None:
+    """First and last point of the series within params' [start, end]."""
+    first = _end_point(conn, params, True)
+    last = _end_point(conn, params, False)
+    return None if first is None or last is None else (first, last)
+
+
+def bucket_extremes(
+    conn: Connection, params: dict[str, Any], lo: int, hi: int, w: int, kinds: tuple[str, ...] = ("min", "max")
+) -> dict[int, dict[str, Cand]]:
+    """bucket -> {"min": point, "max": point} over steps [lo, hi] with buckets of w steps from lo."""
+    p = {**params, "lo": lo, "hi": hi, "w": w}
+    level = max((lv for lv, bw in ROLLUP_LEVELS.items() if bw <= w), default=None)
+    found: list[tuple[int, Cand]] = []
+    if level is None:
+        found = _extremes(
+            conn, "metric_points", ("step", "tokens", "value"), f"{KEY} AND step >= :lo AND step <= :hi",
+            "(step - :lo) / :w", p, kinds,
+        )
+    else:
+        bw = ROLLUP_LEVELS[level]
+        fb, lb = -(-lo // bw), (hi + 1) // bw - 1  # first and last block lying wholly inside [lo, hi]
+        raw_edges: list[Cand] = []
+        if fb > lb:
+            raw_edges = _raw(conn, params, lo, hi)
+        else:
+            rp = {**p, "level": level, "bw": bw, "fb": fb, "lb": lb}
+            where = f"{KEY} AND level = :level AND block >= :fb AND block <= :lb"
+            bucket = "(block * :bw - :lo) / :w"
+            for agg in kinds:
+                cols = (f"{agg}_step", f"{agg}_tokens", f"{agg}_value")
+                found += _extremes(conn, "metric_rollups", cols, where, bucket, rp, (agg,))
+            if lo < fb * bw:
+                raw_edges += _raw(conn, params, lo, fb * bw - 1)
+            if (lb + 1) * bw <= hi:
+                raw_edges += _raw(conn, params, (lb + 1) * bw, hi)
+        found.extend(((c[0] - lo) // w, c) for c in raw_edges if c[2] is not None)
+    out: dict[int, dict[str, Cand]] = {}
+    for b, c in found:
+        slot = out.setdefault(b, {})
+        assert c[2] is not None
+        if "min" in kinds and ("min" not in slot or c[2] < slot["min"][2]):  # type: ignore[operator]
+            slot["min"] = c
+        if "max" in kinds and ("max" not in slot or c[2] > slot["max"][2]):  # type: ignore[operator]
+            slot["max"] = c
+    return out
+
+
+def nonfinite(conn: Connection, params: dict[str, Any], lo: int, hi: int) -> list[Cand]:
+    """Every NaN/Inf point in [lo, hi], read through the small partial index (no scan of the series)."""
+    # SQLite's planner, lacking statistics, prefers the primary key; name the partial index.
+    hint = " INDEXED BY ix_metric_points_nonfinite" if conn.dialect.name == "sqlite" else ""
+    sql = (
+        f"SELECT step, tokens, value FROM metric_points{hint} WHERE {KEY} AND step >= :lo AND step <= :hi "
+        f"AND ({NONFINITE_PREDICATE})"
+    )
+    return [(int(s), t, v) for s, t, v in conn.execute(text(sql), {**params, "lo": lo, "hi": hi})]
+
+
+def downsample(
+    conn: Connection, params: dict[str, Any], buckets: int
+) -> tuple[list[Cand], bool, int, int, int] | None:
+    """(points sorted by step, downsampled?, lo, hi, w) or None for an empty range."""
+    ends = step_range(conn, params)
+    if ends is None:
+        return None
+    first, last = ends
+    lo, hi = first[0], last[0]
+    span = hi - lo + 1
+    w = -(-span // buckets)
+    if span <= 2 * buckets:
+        return _raw(conn, params, lo, hi), False, lo, hi, w
+    keep: dict[int, Cand] = {first[0]: first, last[0]: last}
+    for slot in bucket_extremes(conn, params, lo, hi, w).values():
+        for c in slot.values():
+            keep[c[0]] = c
+    for c in nonfinite(conn, params, lo, hi):
+        keep[c[0]] = c
+    return [keep[s] for s in sorted(keep)], True, lo, hi, w

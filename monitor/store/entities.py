@@ -1,0 +1,155 @@
+"""Plain domain objects the store returns (ORM rows never leave the store).
+
+Values are Python floats; NaN, +Inf and -Inf are real IEEE values here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+RUN_STATUSES = ("running", "finished", "failed", "crashed")
+ACTIVE_STATUS = "running"
+
+SCALE_FIELDS = (
+    "depth",
+    "width",
+    "total_params",
+    "active_params",
+    "tokens",
+    "total_steps",
+    "flops",
+    "lr",
+    "optimizer",
+    "parameterization",
+)
+RUN_FIELDS = (*SCALE_FIELDS, "status", "config", "summary", "tags", "group", "export_layers")
+"""The fields a run create/update may set (besides project and name)."""
+
+
+@dataclass(frozen=True)
+class Group:
+    id: int
+    project: str
+    name: str
+    description: str
+    config: dict[str, Any]
+    thresholds: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    project: str
+    name: str
+    status: str
+    group: str | None
+    group_id: int | None
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    tags: list[str]
+    depth: int | None
+    width: int | None
+    total_params: int | None
+    active_params: int | None
+    tokens: int | None
+    total_steps: int | None
+    flops: float | None
+    lr: float | None
+    optimizer: str | None
+    parameterization: str | None
+    export_layers: bool
+    last_step: int | None
+    last_point_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    step: int
+    tokens: int | None
+    value: float
+
+
+@dataclass
+class Series:
+    run_id: int
+    name: str
+    layer: int | None
+    points: list[SeriesPoint]
+    downsampled: bool
+    buckets: int
+
+
+@dataclass
+class LayerMatrix:
+    """``values[i][j]``: the max of layer ``layers[i]`` over bucket j (NaN if the bucket holds a NaN)."""
+
+    run_id: int
+    name: str
+    layers: list[int]
+    bucket_starts: list[int]
+    bucket_width: int
+    values: list[list[float | None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SeriesInfo:
+    name: str
+    layer: int | None
+    step: int
+    value: float
+
+
+@dataclass(frozen=True)
+class NewAlert:
+    rule: str
+    severity: str
+    name: str
+    layer: int | None
+    step: int
+    value: float
+    baseline: float | None
+    message: str
+
+
+@dataclass(frozen=True)
+class Alert:
+    id: int
+    run_id: int
+    run: str
+    project: str
+    rule: str
+    severity: str
+    name: str
+    layer: int | None
+    step: int
+    value: float
+    baseline: float | None
+    message: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    run_id: int
+    accepted: int
+    duplicate: bool
+
+
+@dataclass(frozen=True)
+class LatestValue:
+    """The newest point of one series of an active run (what /metrics exports)."""
+
+    project: str
+    run: str
+    export_layers: bool
+    name: str
+    layer: int | None
+    step: int
+    value: float
+    last_point_at: datetime | None
