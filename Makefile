@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit install clean bench
+.PHONY: demo test lint unit install sysdeps clean bench
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -27,10 +27,15 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-test: lint unit
+sysdeps:
+	bash scripts/system-deps.sh
+
+test: sysdeps lint unit
 
 bench: $(STAMP)
 	$(BIN)/python bench/trainer_throughput.py
+	$(BIN)/python bench/hooks_overhead.py
+	$(BIN)/python bench/ingest.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("trainer.cli_train", "train one model (TOML config plus --key value overrides)"),
     "size": ("trainer.sizes", "parameters, tokens and FLOPs of a model size, without allocating it"),
     "data": ("trainer.data_cli", "prepare token shards (train a BPE tokenizer locally, write uint16 shards)"),
+    "sweep": ("trainer.sweep", "a grid of runs across depth, LR, tokens, arm, S and k, streaming into the service"),
     "demo": ("trainer.demo", "the main job: a small cross-scale sweep, streamed and summarised"),
     "fit": ("monitor.analysis.cli", "scaling analysis: optimal LR, power laws, scaling laws, sensitivity"),
     "serve": ("monitor.cli", "run the monitoring service"),

@@ -67,5 +67,5 @@ def create_app(settings: Settings, store: Store | None = None, registry: Collect
             allow_headers=["Authorization", "Content-Type"],
         )
     app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
-    app.add_middleware(RequestTiming)
+    app.add_middleware(RequestTiming, prefixes=(API_PREFIX,))
     return app

@@ -12,6 +12,7 @@ resumed run reproduces the uninterrupted run's losses exactly.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -190,8 +191,9 @@ class Trainer:
             "config": self.cfg.to_dict(),
             "depth": self.cfg.model.depth,
             "width": self.cfg.model.width,
-            "params": self.size.total_params,
+            "total_params": self.size.total_params,
             "active_params": self.size.active_params,
+            "total_steps": self.total_steps,
             "tokens": self.size.tokens,
             "flops": self.size.training_flops,
             "lr": self.cfg.optim.lr,
@@ -316,17 +318,20 @@ class Trainer:
         import hooks
 
         record = self.run_record()
+        fields = {k: v for k, v in record.items() if k not in ("config", "environment")}
+        config = {**record["config"], "environment": record["environment"]}
         return hooks.attach(
             self.model,
             run=self.run,
             sink=self.cfg.log.sink,
             every=self.cfg.log.every,
-            config=record.pop("config"),
+            config=config,
+            token=self.cfg.log.token or None,
+            spool=str(self.out_dir / "spool"),
             project=self.cfg.log.project,
             group=self.cfg.log.group or None,
             tags=list(self.cfg.log.tags),
-            token=self.cfg.log.token or None,
-            run_fields=record,
+            **fields,
         )
 
     def fit(self) -> TrainResult:
@@ -382,7 +387,43 @@ class Trainer:
                 monitor.close(status=status)
         self.result.steps = last
         self.result.tokens = last * tcfg.batch_tokens
+        if self.is_main:
+            self._write_summary(status)
         return self.result
+
+    def summary(self, status: str) -> dict[str, Any]:
+        r = self.result
+        return {
+            "status": status,
+            "steps": r.steps,
+            "tokens": r.tokens,
+            "loss": r.losses[-1][1] if r.losses else math.nan,
+            "val_loss": r.final_val_loss,
+            "tokens_per_second": r.tokens_per_second,
+            "attention_kernel": r.attention_kernel,
+        }
+
+    def _write_summary(self, status: str) -> None:
+        """``out_dir/summary.json`` for sweeps; and, with a service sink, the run's stored summary."""
+        summary = self.summary(status)
+        status = summary.pop("status")
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / "summary.json").write_text(json.dumps({"run": self.run, "status": status, **summary}))
+        sink = self.cfg.log.sink
+        if sink.startswith(("http://", "https://")):
+            from hooks.schema import encode_value
+            from hooks.sinks.client import api, request
+
+            body = {
+                "name": self.run,
+                "project": self.cfg.log.project,
+                "summary": {
+                    k: encode_value(v) if isinstance(v, float) else v for k, v in summary.items() if k != "status"
+                },
+            }
+            resp = request("POST", api(sink, "/api/v1/runs"), body, token=self.cfg.log.token or None)
+            if not 200 <= resp.status < 300:
+                log.warning("could not store the run summary in the service (%s): %s", resp.status, resp.error)
 
 
 def train(cfg: Config, corpus: Corpus | None = None) -> TrainResult:

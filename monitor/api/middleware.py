@@ -76,8 +76,9 @@ class BodySizeLimit:
 class RequestTiming:
     """Observes hyperwatch_http_request_duration_seconds{method, route, status} per request."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, prefixes: tuple[str, ...] = ()) -> None:
         self.app = app
+        self.prefixes = prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -96,6 +97,9 @@ class RequestTiming:
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"  # template, never the raw path
+            for prefix in self.prefixes:  # routes of an included router may carry their path sans prefix
+                if scope["path"].startswith(prefix + "/") and not template.startswith(prefix + "/"):
+                    template = prefix + template
             REQUEST_DURATION.labels(scope["method"], template, f"{status['code'] // 100}xx").observe(
                 time.perf_counter() - t0
             )

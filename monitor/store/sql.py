@@ -403,8 +403,8 @@ class SqlStore(Store):
                     message=a.message,
                     created_at=_now(),
                 )
-                res = conn.execute(ins.on_conflict_do_nothing(index_elements=["run_id", "rule", "name", "layer", "step"]))
-                if res.rowcount:
+                stmt = ins.on_conflict_do_nothing(index_elements=["run_id", "rule", "name", "layer", "step"])
+                if conn.execute(stmt.returning(AlertEventRow.id)).first() is not None:
                     new.append(a)
         return new
 

@@ -95,7 +95,13 @@ class Handler(BaseHTTPRequestHandler):
             for p in body["points"]:
                 db.execute(
                     "INSERT INTO points VALUES (?, ?, ?, ?, ?)",
-                    (body["run"], p["name"], -1 if p["layer"] is None else p["layer"], p["step"], json.dumps(p["value"])),
+                    (
+                        body["run"],
+                        p["name"],
+                        -1 if p["layer"] is None else p["layer"],
+                        p["step"],
+                        json.dumps(p["value"]),
+                    ),
                 )
             db.commit()
             self._reply(201, {"accepted": len(body["points"]), "duplicate": False})

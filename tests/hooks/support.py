@@ -89,8 +89,14 @@ def hf_model(family: str, attn: str = "sdpa", layers: int = 2) -> nn.Module:
     torch.manual_seed(0)
     if family == "gpt2":
         cfg = transformers.GPT2Config(
-            vocab_size=96, n_embd=32, n_layer=layers, n_head=4, n_positions=64, attn_implementation=attn,
-            bos_token_id=0, eos_token_id=0,
+            vocab_size=96,
+            n_embd=32,
+            n_layer=layers,
+            n_head=4,
+            n_positions=64,
+            attn_implementation=attn,
+            bos_token_id=0,
+            eos_token_id=0,
         )
         return transformers.GPT2LMHeadModel(cfg)
     gqa = dict(num_key_value_heads=2, intermediate_size=64)

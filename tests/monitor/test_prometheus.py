@@ -1,0 +1,57 @@
+"""/metrics on a fresh registry: service metrics, gauges of active runs only, bounded labels."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.monitor.conftest import AUTH, create_run, post_points
+
+
+def _samples(client: TestClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    r = client.get("/metrics")
+    assert r.status_code == 200
+    out = {}
+    for fam in text_string_to_metric_families(r.text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_metrics_export(client: TestClient) -> None:
+    before = _samples(client).get(("hyperwatch_points_ingested_total", ()), 0.0)
+    create_run(client, "live")
+    create_run(client, "deep", export_layers=True)
+    create_run(client, "done")
+    pts = [
+        {"name": "attention_z", "layer": 0, "step": 5, "value": 40.0},
+        {"name": "attention_z", "layer": 1, "step": 5, "value": 70.0},
+        {"name": "attention_z", "layer": 1, "step": 4, "value": 900.0},  # older step: not "latest"
+        {"name": "max_vio", "layer": 1, "step": 5, "value": 0.25},
+        {"name": "loss", "step": 5, "value": 3.5},
+    ]
+    post_points(client, "live", pts)
+    post_points(client, "deep", [*pts[:2], {"name": "loss", "step": 5, "value": "NaN"}])
+    post_points(client, "done", pts)
+    client.patch("/api/v1/runs/3", json={"status": "finished"}, headers=AUTH)
+    s = _samples(client)
+    live = (("project", "default"), ("run", "live"))
+    deep = (("project", "default"), ("run", "deep"))
+    assert s[("hyperwatch_points_ingested_total", ())] - before == 5 + 3 + 5
+    assert s[("hyperwatch_run_attention_z_max", live)] == 70.0  # max over layers at the latest step
+    assert s[("hyperwatch_run_max_vio_ratio_max", live)] == 0.25
+    assert s[("hyperwatch_run_loss_nats", live)] == 3.5
+    assert s[("hyperwatch_run_nan", live)] == 0.0
+    assert s[("hyperwatch_run_nan", deep)] == 1.0
+    assert s[("hyperwatch_run_step", live)] == 5.0
+    assert ("hyperwatch_run_last_point_timestamp_seconds", live) in s
+    # Finished runs are not exported; layer labels only for the run that asked for them.
+    assert not any(dict(labels).get("run") == "done" for _, labels in s)
+    layer_runs = {dict(labels)["run"] for name, labels in s if name.startswith("hyperwatch_layer_")}
+    assert layer_runs == {"deep"}
+    assert s[("hyperwatch_layer_attention_z", (("layer", "1"), *deep))] == 70.0
+    # The request histogram is labelled by route template, never by raw path or step.
+    routes = {dict(labels).get("route") for name, labels in s if name.startswith("hyperwatch_http_request_duration")}
+    assert "/api/v1/runs/{run_id}" in routes and "/api/v1/runs/3" not in routes
+    assert ("hyperwatch_database_errors_total", ()) in s
+    assert all(name.startswith("hyperwatch_") for name, _ in s)
