@@ -22,7 +22,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import hooks  # noqa: E402
+import hooks
 
 
 def bundled(depth: int, moe: bool, device: str) -> tuple[nn.Module, Callable[[nn.Module], torch.Tensor]]:
@@ -47,13 +47,13 @@ def bundled(depth: int, moe: bool, device: str) -> tuple[nn.Module, Callable[[nn
 def hf_llama(depth: int, device: str) -> tuple[nn.Module, Callable[[nn.Module], torch.Tensor]]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(
+    cfg = LlamaConfig(  # type: ignore[call-arg]
         vocab_size=256, hidden_size=32 * depth, intermediate_size=128 * depth, num_hidden_layers=depth,
         num_attention_heads=2 * depth, num_key_value_heads=2, max_position_embeddings=256,
         attn_implementation="sdpa",
     )  # fmt: skip
     torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).to(device)
+    model: nn.Module = LlamaForCausalLM(cfg).to(device)  # type: ignore[arg-type]
     x = torch.randint(0, 256, (8, 256), device=device)
 
     def step(m: nn.Module) -> torch.Tensor:

@@ -31,10 +31,10 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.core.config import Settings  # noqa: E402
-from monitor.main import create_app  # noqa: E402
-from monitor.store import SqlStore, migrate  # noqa: E402
-from monitor.store.points import refresh_rollups  # noqa: E402
+from monitor.core.config import Settings
+from monitor.main import create_app
+from monitor.store import SqlStore, migrate
+from monitor.store.points import refresh_rollups
 
 TOKEN = "bench-token-0123456789abcdef"
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -67,7 +67,7 @@ def serve(url: str) -> Iterator[str]:
 
 def rows(n: int, layers: int = 16) -> list[tuple[str, int, int, float]]:
     """(name, layer, step, value) in logging order: every name x layer at each step."""
-    out = []
+    out: list[tuple[str, int, int, float]] = []
     step = 0
     while len(out) < n:
         for name, level in NAMES.items():
@@ -83,7 +83,10 @@ def http_rate(base: str, data: list[tuple[str, int, int, float]], batch: int) ->
         c.post("/api/v1/runs", json={"name": "bench"}).raise_for_status()
         t0 = time.perf_counter()
         for i in range(0, len(data), batch):
-            pts = [{"name": n, "layer": la, "step": s, "tokens": s * 4096, "value": v} for n, la, s, v in data[i : i + batch]]
+            pts = [
+                {"name": n, "layer": la, "step": s, "tokens": s * 4096, "value": v}
+                for n, la, s, v in data[i : i + batch]
+            ]
             r = c.post("/api/v1/points", json={"batch_id": uuid.uuid4().hex, "run": "bench", "points": pts})
             r.raise_for_status()
         return len(data) / (time.perf_counter() - t0)
@@ -122,9 +125,10 @@ def raw_pg_rate(dsn: str, data: list[tuple[str, int, int, float]]) -> float:
         )
         con.commit()
         t0 = time.perf_counter()
-        with con.cursor() as cur, cur.copy(
-            "COPY metric_points (run_id, name_id, layer, step, tokens, value) FROM STDIN"
-        ) as copy:
+        with (
+            con.cursor() as cur,
+            cur.copy("COPY metric_points (run_id, name_id, layer, step, tokens, value) FROM STDIN") as copy,
+        ):
             for n, la, s, v in data:
                 copy.write_row((99, ids[n], la, s, s * 4096, v))
         con.commit()
@@ -179,6 +183,7 @@ def read_figures(tmp: Path, n: int, repeats: int) -> None:
     store.ingest(run.id, "seed-batch", [])  # registers nothing; names are interned below
     with store.engine.begin() as conn:
         nid = store._name_id(conn, "attention_z")
+    assert nid is not None
     con = sqlite3.connect(path)
     t0 = time.perf_counter()
     chunk = 1_000_000
@@ -207,7 +212,9 @@ def read_figures(tmp: Path, n: int, repeats: int) -> None:
     spikes = sum(1 for p in s.points if p.value > 1000)
     con = sqlite3.connect(path)
     t0 = time.perf_counter()
-    con.execute("SELECT count(*), max(value) FROM metric_points WHERE run_id=? AND name_id=? AND layer=0", (run.id, nid)).fetchone()
+    con.execute(
+        "SELECT count(*), max(value) FROM metric_points WHERE run_id=? AND name_id=? AND layer=0", (run.id, nid)
+    ).fetchone()
     scan = time.perf_counter() - t0
     con.close()
     med = statistics.median(times)
@@ -220,7 +227,9 @@ def read_figures(tmp: Path, n: int, repeats: int) -> None:
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            c.get(f"/api/v1/runs/{run.id}/series", params={"name": "attention_z", "layer": 0, "buckets": 2000}).raise_for_status()
+            c.get(
+                f"/api/v1/runs/{run.id}/series", params={"name": "attention_z", "layer": 0, "buckets": 2000}
+            ).raise_for_status()
             times.append(time.perf_counter() - t0)
     print(f"read sqlite over HTTP: {statistics.median(times) * 1000:.0f} ms (median of {repeats}, incl. JSON)")
     store.close()

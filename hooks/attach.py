@@ -80,8 +80,8 @@ def attach(
     """Attach stability hooks to ``model`` and stream them to ``sink`` every ``every`` steps.
 
     - ``run``: the run's name; ``config``: its configuration (stored once with the run);
-      ``run_fields``: the service's run fields (project, group, tags, depth, width, params,
-      active_params, tokens, flops, lr, optimizer, parameterization).
+      ``run_fields``: the service's run fields (project, group, tags, depth, width, tokens, flops,
+      lr, optimizer, parameterization...: the list is ``hooks.sinks.base.RUN_FIELDS``).
     - ``sink``: ``"http://host:8000"`` (spooled in ``spool``, token from ``token`` or
       ``HYPERWATCH_TOKEN``), a folder for offline JSONL, a :class:`hooks.Sink`, or a list of them.
     - ``attention``/``mlp``/``router``: globs over module names for models the adapters do not

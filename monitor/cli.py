@@ -15,7 +15,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "variables (DATABASE_URL, WRITE_TOKEN, READ_TOKEN, DEV_MODE, CORS_ORIGINS, MAX_BODY_BYTES, ...); "
         "flags override them.",
     )
-    p.add_argument("--db", metavar="URL", help="database URL (default: HYPERWATCH_DATABASE_URL or sqlite:///./hyperwatch.db)")
+    p.add_argument(
+        "--db", metavar="URL", help="database URL (default: HYPERWATCH_DATABASE_URL or sqlite:///./hyperwatch.db)"
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 to expose it)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--dev", action="store_true", help="dev mode: allow a missing or placeholder write token")

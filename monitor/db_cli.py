@@ -10,7 +10,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Database schema commands (Alembic migrations/).")
     p.add_argument("action", choices=["upgrade", "downgrade", "current"], help="what to do")
     p.add_argument("revision", nargs="?", help="target revision (upgrade: head; downgrade: base, or e.g. -1)")
-    p.add_argument("--db", metavar="URL", help="database URL (default: HYPERWATCH_DATABASE_URL or sqlite:///./hyperwatch.db)")
+    p.add_argument(
+        "--db", metavar="URL", help="database URL (default: HYPERWATCH_DATABASE_URL or sqlite:///./hyperwatch.db)"
+    )
     return p
 
 
@@ -30,7 +32,10 @@ def run(args: argparse.Namespace) -> int:
 
     url = _url(args.db)
     if not url.startswith(("sqlite:", "postgresql+")):
-        print(f"hyperwatch db: --db {url!r} is not supported; use sqlite:///path.db or postgresql+psycopg://...", file=sys.stderr)
+        print(
+            f"hyperwatch db: --db {url!r} is not supported; use sqlite:///path.db or postgresql+psycopg://...",
+            file=sys.stderr,
+        )
         return 2
     engine = make_engine(url)
     shown = engine.url.render_as_string(hide_password=True)

@@ -66,7 +66,9 @@ def is_spike(value: float, history: Sequence[float], th: dict[str, float], floor
     )
 
 
-def detect(store: Store, run_id: int, points: Sequence[Point], group_thresholds: dict[str, Any] | None) -> list[NewAlert]:
+def detect(
+    store: Store, run_id: int, points: Sequence[Point], group_thresholds: dict[str, Any] | None
+) -> list[NewAlert]:
     """Alerts raised by a batch (after it is stored: the trailing windows are read from the store)."""
     th = thresholds_for(group_thresholds)
     alerts: list[NewAlert] = []
@@ -77,14 +79,30 @@ def detect(store: Store, run_id: int, points: Sequence[Point], group_thresholds:
             rule = "nan_loss" if base in LOSS_METRICS else "nonfinite_value"
             where = "" if p.layer is None else f" in layer {p.layer}"
             alerts.append(
-                NewAlert(rule, "critical", p.name, p.layer, p.step, p.value, None,
-                         f"{p.name}{where} is {encode_value(p.value)} at step {p.step}")
+                NewAlert(
+                    rule,
+                    "critical",
+                    p.name,
+                    p.layer,
+                    p.step,
+                    p.value,
+                    None,
+                    f"{p.name}{where} is {encode_value(p.value)} at step {p.step}",
+                )
             )
         elif base == "max_vio" and p.value > th["max_vio_limit"]:
             alerts.append(
-                NewAlert("max_vio_collapse", "warning", p.name, p.layer, p.step, p.value, th["max_vio_limit"],
-                         f"MaxVio of layer {p.layer} is {p.value:.3g} at step {p.step} (limit "
-                         f"{th['max_vio_limit']:.3g}): routing is collapsing onto few experts")
+                NewAlert(
+                    "max_vio_collapse",
+                    "warning",
+                    p.name,
+                    p.layer,
+                    p.step,
+                    p.value,
+                    th["max_vio_limit"],
+                    f"MaxVio of layer {p.layer} is {p.value:.3g} at step {p.step} (limit "
+                    f"{th['max_vio_limit']:.3g}): routing is collapsing onto few experts",
+                )
             )
         if p.name in SPIKE_METRICS:
             series[(p.name, p.layer)].append(p)
@@ -98,9 +116,17 @@ def detect(store: Store, run_id: int, points: Sequence[Point], group_thresholds:
             if spike:
                 assert med is not None
                 alerts.append(
-                    NewAlert("z_spike", "warning", name, layer, p.step, p.value, med,
-                             f"{name} of layer {layer} jumped to {p.value:.4g} at step {p.step} from a "
-                             f"trailing median of {med:.4g}")
+                    NewAlert(
+                        "z_spike",
+                        "warning",
+                        name,
+                        layer,
+                        p.step,
+                        p.value,
+                        med,
+                        f"{name} of layer {layer} jumped to {p.value:.4g} at step {p.step} from a "
+                        f"trailing median of {med:.4g}",
+                    )
                 )
             history.append(p.value)
     return alerts

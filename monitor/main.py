@@ -19,6 +19,7 @@ from monitor.core.errors import MonitorError
 from monitor.prometheus import DATABASE_ERRORS, build_registry
 from monitor.store import SqlStore, Store
 from monitor.store.engine import DB_ERRORS_HOOK
+from web.router import router as web_router
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
@@ -45,6 +46,7 @@ def create_app(settings: Settings, store: Store | None = None, registry: Collect
     for router in API_ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(health.router)
+    app.include_router(web_router)  # the dashboards: pages under /, their JSON under /ui/data (read auth)
 
     @app.exception_handler(MonitorError)
     async def _domain_error(_request: Request, exc: MonitorError) -> JSONResponse:

@@ -12,6 +12,7 @@ NaN and +-Inf are exported as themselves (the exposition format has NaN, +Inf an
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterator
@@ -21,7 +22,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from monitor.core.errors import MonitorError
 from monitor.store.base import Store
+
+log = logging.getLogger(__name__)
 
 POINTS_INGESTED = Counter(
     "hyperwatch_points_ingested_total", "Metric points stored (duplicates of a batch not counted)", registry=None
@@ -37,7 +41,9 @@ REQUEST_DURATION = Histogram(
     registry=None,
 )
 DATABASE_ERRORS = Counter("hyperwatch_database_errors_total", "Database operations that failed", registry=None)
-ALERTS_RAISED = Counter("hyperwatch_alerts_raised_total", "Alert events stored by the detectors", ["rule"], registry=None)
+ALERTS_RAISED = Counter(
+    "hyperwatch_alerts_raised_total", "Alert events stored by the detectors", ["rule"], registry=None
+)
 SERVICE_METRICS = (POINTS_INGESTED, BATCHES_INGESTED, REQUEST_DURATION, DATABASE_ERRORS, ALERTS_RAISED)
 
 # registry metric name -> (gauge suffix, help). Max over layers at the series' latest step.
@@ -70,7 +76,11 @@ class RunCollector(Collector):
         return []  # values are read at scrape time; nothing to describe at registration
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        latest = self.store.latest_for_active_runs()
+        try:
+            latest = self.store.latest_for_active_runs()
+        except MonitorError as exc:  # a scrape must still return the service metrics
+            log.warning("run gauges skipped: %s", exc)
+            return
         per_run: dict[tuple[str, str], dict[str, list[tuple[int | None, int, float]]]] = defaultdict(
             lambda: defaultdict(list)
         )
@@ -88,8 +98,9 @@ class RunCollector(Collector):
             for m, (suffix, help_) in RUN_GAUGES.items()
         }
         layer_fams = {
-            m: GaugeMetricFamily(f"hyperwatch_layer_{m}", f"Latest {m} per layer (runs with export_layers)",
-                                 labels=[*labels, "layer"])
+            m: GaugeMetricFamily(
+                f"hyperwatch_layer_{m}", f"Latest {m} per layer (runs with export_layers)", labels=[*labels, "layer"]
+            )
             for m in RUN_GAUGES
             if m != "loss"
         }

@@ -69,9 +69,9 @@ class Strict(BaseModel):
 # -- ingestion ------------------------------------------------------------------------------------
 class PointIn(Strict):
     name: MetricName
-    layer: int | None = Field(None, ge=0, le=MAX_LAYER, description="block index from 0; null = run level")
+    layer: int | None = Field(default=None, ge=0, le=MAX_LAYER, description="block index from 0; null = run level")
     step: int = Field(ge=0, le=MAX_STEP)
-    tokens: int | None = Field(None, ge=0, le=MAX_STEP)
+    tokens: int | None = Field(default=None, ge=0, le=MAX_STEP)
     value: WireFloat
 
 
@@ -87,31 +87,31 @@ class IngestOut(BaseModel):
     accepted: int = Field(description="points in the batch (of the first send, when duplicate)")
     duplicate: bool = Field(description="true when this batch_id was already stored (nothing written)")
     run_id: int
-    alerts: int = Field(0, description="new alert events the batch raised")
+    alerts: int = Field(default=0, description="new alert events the batch raised")
 
 
 # -- runs and groups ------------------------------------------------------------------------------
 class RunFields(Strict):
     """Fields a create or update may set; omitted fields are left as they are."""
 
-    group: str | None = Field(None, max_length=200, description="group (sweep) name; created when new")
+    group: str | None = Field(default=None, max_length=200, description="group (sweep) name; created when new")
     status: Status | None = None
     config: dict[str, Any] | None = None
     summary: dict[str, WireFloat | str | int | None] | None = Field(
         None, description="merged into the stored summary, e.g. {'val_loss': 3.21}"
     )
-    tags: list[Tag] | None = Field(None, max_length=100)
-    depth: int | None = Field(None, ge=1, le=100_000)
-    width: int | None = Field(None, ge=1, le=10_000_000)
-    total_params: int | None = Field(None, ge=0)
-    active_params: int | None = Field(None, ge=0)
-    tokens: int | None = Field(None, ge=0, description="training tokens of the whole run")
-    total_steps: int | None = Field(None, ge=1, description="planned optimizer steps (x axis 'fraction')")
-    flops: float | None = Field(None, ge=0, description="training FLOPs of the whole run")
-    lr: float | None = Field(None, gt=0)
-    optimizer: str | None = Field(None, max_length=64)
-    parameterization: str | None = Field(None, max_length=64)
-    export_layers: bool | None = Field(None, description="export per-layer gauges on /metrics (label layer)")
+    tags: list[Tag] | None = Field(default=None, max_length=100)
+    depth: int | None = Field(default=None, ge=1, le=100_000)
+    width: int | None = Field(default=None, ge=1, le=10_000_000)
+    total_params: int | None = Field(default=None, ge=0)
+    active_params: int | None = Field(default=None, ge=0)
+    tokens: int | None = Field(default=None, ge=0, description="training tokens of the whole run")
+    total_steps: int | None = Field(default=None, ge=1, description="planned optimizer steps (x axis 'fraction')")
+    flops: float | None = Field(default=None, ge=0, description="training FLOPs of the whole run")
+    lr: float | None = Field(default=None, gt=0)
+    optimizer: str | None = Field(default=None, max_length=64)
+    parameterization: str | None = Field(default=None, max_length=64)
+    export_layers: bool | None = Field(default=None, description="export per-layer gauges on /metrics (label layer)")
 
 
 class RunCreate(RunFields):
@@ -154,17 +154,17 @@ class RunOut(BaseModel):
 class Thresholds(Strict):
     """Detector settings of a group (defaults in monitor.detectors.DEFAULT_THRESHOLDS)."""
 
-    spike_window: int | None = Field(None, ge=5, le=10_000, description="trailing points of the baseline")
-    spike_min_points: int | None = Field(None, ge=3, le=10_000)
-    spike_mad_multiple: float | None = Field(None, gt=0)
-    spike_min_relative: float | None = Field(None, ge=0, description="jump must exceed this x |median|")
-    attention_z_min: float | None = Field(None, ge=0, description="minimum absolute attention Z of a spike")
-    router_z_min: float | None = Field(None, ge=0, description="minimum absolute router Z of a spike")
-    max_vio_limit: float | None = Field(None, gt=0, description="MaxVio above this is a collapse")
+    spike_window: int | None = Field(default=None, ge=5, le=10_000, description="trailing points of the baseline")
+    spike_min_points: int | None = Field(default=None, ge=3, le=10_000)
+    spike_mad_multiple: float | None = Field(default=None, gt=0)
+    spike_min_relative: float | None = Field(default=None, ge=0, description="jump must exceed this x |median|")
+    attention_z_min: float | None = Field(default=None, ge=0, description="minimum absolute attention Z of a spike")
+    router_z_min: float | None = Field(default=None, ge=0, description="minimum absolute router Z of a spike")
+    max_vio_limit: float | None = Field(default=None, gt=0, description="MaxVio above this is a collapse")
 
 
 class GroupFields(Strict):
-    description: str | None = Field(None, max_length=10_000)
+    description: str | None = Field(default=None, max_length=10_000)
     config: dict[str, Any] | None = None
     thresholds: Thresholds | None = None
 

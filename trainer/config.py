@@ -335,7 +335,7 @@ def preset(name: str = "tiny", **model: Any) -> Config:
     return build_config({"preset": name, "model": model})  # type: ignore[dict-item]
 
 
-def _parse_scalar(text: str) -> Any:
+def parse_scalar(text: str) -> Any:
     """A CLI value as TOML would read it (numbers, booleans, quoted strings, lists), else a string."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
@@ -371,7 +371,7 @@ def apply_overrides(sections: dict[str, Any], overrides: list[str]) -> dict[str,
             section = owners[0]
         if section not in SECTIONS:
             raise ConfigError(f"override --{key}: unknown section {section!r}; valid: {sorted(SECTIONS)}")
-        out.setdefault(section, {})[option] = _parse_scalar(value)
+        out.setdefault(section, {})[option] = parse_scalar(value)
     return out
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.config import SECTIONS, ConfigError, build_config
+from trainer.config import SECTIONS, ConfigError, parse_scalar, build_config
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +172,16 @@ def command(sweep: Sweep, run: SweepRun) -> list[str]:
             args += ["--preset", str(values)]
             continue
         for key, value in values.items():
-            args += [f"--{section}.{key}", json.dumps(value)]
+            args += [f"--{section}.{key}", _cli_value(value)]
     launcher = shlex.split(sweep.launcher) if sweep.launcher else [sys.executable]
     return [*launcher, "-m", "hyperwatch", "train", *args]
+
+
+def _cli_value(value: Any) -> str:
+    """A value as the train command reads it back (TOML literal; plain text when unambiguous)."""
+    if isinstance(value, str) and parse_scalar(value) == value:
+        return value
+    return json.dumps(value)
 
 
 def _finished(folder: Path) -> dict[str, Any] | None:

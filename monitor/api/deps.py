@@ -44,7 +44,9 @@ def require_write(settings: SettingsDep, creds: Credentials) -> None:
             headers={"WWW-Authenticate": "Bearer"},
         )
     if not _matches(creds.credentials, settings.write_token):
-        raise HTTPException(403, "bearer token is not the write token (HYPERWATCH_WRITE_TOKEN); check the client's token")
+        raise HTTPException(
+            403, "bearer token is not the write token (HYPERWATCH_WRITE_TOKEN); check the client's token"
+        )
 
 
 def require_read(settings: SettingsDep, creds: Credentials) -> None:

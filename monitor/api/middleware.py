@@ -28,8 +28,13 @@ class _TooLarge(HTTPException):
 
 async def _reply_413(send: Send, limit: int) -> None:
     body = json.dumps({"detail": _message(limit)}).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

@@ -25,21 +25,21 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HYPERWATCH_", extra="ignore", validate_default=True)
 
     database_url: str = Field(
-        DEFAULT_DATABASE_URL,
+        default=DEFAULT_DATABASE_URL,
         description="SQLAlchemy URL: sqlite:///path.db (default) or postgresql+psycopg://user@host/db",
     )
-    write_token: str | None = Field(None, description="bearer token required for ingestion and run changes")
-    read_token: str | None = Field(None, description="optional bearer token required for reads")
-    dev_mode: bool = Field(False, description="allow a missing or placeholder token (local use only)")
+    write_token: str | None = Field(default=None, description="bearer token required for ingestion and run changes")
+    read_token: str | None = Field(default=None, description="optional bearer token required for reads")
+    dev_mode: bool = Field(default=False, description="allow a missing or placeholder token (local use only)")
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="allowed CORS origins, comma separated; empty = CORS closed"
     )
-    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
-    max_points_per_batch: int = Field(MAX_POINTS_PER_BATCH, ge=1, le=MAX_POINTS_PER_BATCH)
-    max_buckets: int = Field(10_000, ge=10, le=100_000, description="largest N of a downsampled series")
-    max_compare_runs: int = Field(200, ge=1, le=10_000)
-    max_page_size: int = Field(1000, ge=1, le=100_000)
-    check_schema: bool = Field(True, description="refuse to start on an out-of-date schema")
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    max_points_per_batch: int = Field(default=MAX_POINTS_PER_BATCH, ge=1, le=MAX_POINTS_PER_BATCH)
+    max_buckets: int = Field(default=10_000, ge=10, le=100_000, description="largest N of a downsampled series")
+    max_compare_runs: int = Field(default=200, ge=1, le=10_000)
+    max_page_size: int = Field(default=1000, ge=1, le=100_000)
+    check_schema: bool = Field(default=True, description="refuse to start on an out-of-date schema")
 
     @field_validator("write_token", "read_token", mode="before")
     @classmethod

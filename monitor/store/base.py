@@ -15,8 +15,8 @@ from monitor.store.entities import (
     Alert,
     Group,
     IngestResult,
-    LayerMatrix,
     LatestValue,
+    LayerMatrix,
     NewAlert,
     Run,
     Series,
@@ -85,9 +85,7 @@ class Store(ABC):
     ) -> Series: ...
 
     @abstractmethod
-    def layer_matrix(
-        self, run_id: int, name: str, buckets: int, start: int | None, end: int | None
-    ) -> LayerMatrix: ...
+    def layer_matrix(self, run_id: int, name: str, buckets: int, start: int | None, end: int | None) -> LayerMatrix: ...
 
     @abstractmethod
     def list_series(self, run_id: int) -> list[SeriesInfo]: ...

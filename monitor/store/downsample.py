@@ -86,8 +86,13 @@ def bucket_extremes(
     found: list[tuple[int, Cand]] = []
     if level is None:
         found = _extremes(
-            conn, "metric_points", ("step", "tokens", "value"), f"{KEY} AND step >= :lo AND step <= :hi",
-            "(step - :lo) / :w", p, kinds,
+            conn,
+            "metric_points",
+            ("step", "tokens", "value"),
+            f"{KEY} AND step >= :lo AND step <= :hi",
+            "(step - :lo) / :w",
+            p,
+            kinds,
         )
     else:
         bw = ROLLUP_LEVELS[level]
@@ -129,9 +134,7 @@ def nonfinite(conn: Connection, params: dict[str, Any], lo: int, hi: int) -> lis
     return [(int(s), t, v) for s, t, v in conn.execute(text(sql), {**params, "lo": lo, "hi": hi})]
 
 
-def downsample(
-    conn: Connection, params: dict[str, Any], buckets: int
-) -> tuple[list[Cand], bool, int, int, int] | None:
+def downsample(conn: Connection, params: dict[str, Any], buckets: int) -> tuple[list[Cand], bool, int, int, int] | None:
     """(points sorted by step, downsampled?, lo, hi, w) or None for an empty range."""
     ends = step_range(conn, params)
     if ends is None:

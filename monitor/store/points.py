@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import case, select, text, update
+from sqlalchemy import case, insert, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
@@ -37,6 +37,17 @@ from monitor.store.models import (
 
 SeriesKey = tuple[int, int]  # (name_id, layer)
 Acc = list[Any]  # [n, min_step, min_tokens, min_value, max_step, max_tokens, max_value]
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+def as_utc(ts: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes; every timestamp stored is UTC."""
+    if ts is None:
+        return None
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 def to_sql_value(value: float) -> float | None:
@@ -73,9 +84,7 @@ def write_points(
 ) -> None:
     now = datetime.now(UTC)
     conn.execute(
-        IngestedBatchRow.__table__.insert().values(
-            batch_id=batch_id, run_id=run_id, n_points=len(points), received_at=now
-        )
+        insert(IngestedBatchRow).values(batch_id=batch_id, run_id=run_id, n_points=len(points), received_at=now)
     )
     if not points:
         return
@@ -205,8 +214,14 @@ def refresh_rollups(conn: Connection, run_id: int, touched: dict[SeriesKey, set[
                         accs[blk // ratio] = _fold(accs.get(blk // ratio), n, (s0, t0, v0), (s1, t1, v1))
                 for block, a in accs.items():
                     out_rows.append(
-                        {"run_id": run_id, "name_id": name_id, "layer": layer, "level": level, "block": block,
-                         **dict(zip(_ROLLUP_COLS, a))}
+                        {
+                            "run_id": run_id,
+                            "name_id": name_id,
+                            "layer": layer,
+                            "level": level,
+                            "block": block,
+                            **dict(zip(_ROLLUP_COLS, a)),
+                        }
                     )
         if out_rows:
             conn.execute(_upsert(conn.dialect.name, "metric_rollups"), out_rows)

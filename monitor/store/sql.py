@@ -5,15 +5,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, func, select, text
+from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine, Row
 
-from hooks.schema import Point
 from monitor.core.errors import InvalidInputError, NotFoundError
-from monitor.store import downsample as ds
 from monitor.store import migrate
 from monitor.store.base import Store
 from monitor.store.engine import make_engine, managed
@@ -21,35 +18,22 @@ from monitor.store.entities import (
     ACTIVE_STATUS,
     RUN_STATUSES,
     SCALE_FIELDS,
-    Alert,
     Group,
-    IngestResult,
-    LayerMatrix,
-    LatestValue,
-    NewAlert,
     Run,
-    Series,
-    SeriesInfo,
-    SeriesPoint,
 )
 from monitor.store.models import (
-    AlertEventRow,
     GroupRow,
     MetricNameRow,
     ProjectRow,
     RunRow,
     RunTagRow,
-    SeriesLatestRow,
 )
 from monitor.store.points import (
-    api_layer,
-    batch_seen,
+    as_utc,
     dialect_insert,
-    from_sql_value,
-    sql_layer,
-    to_sql_value,
-    write_points,
+    now_utc,
 )
+from monitor.store.sql_series import SeriesMixin
 
 log = logging.getLogger(__name__)
 MAX_NAME_IDS = 32_767  # metric_names.id is SMALLINT
@@ -59,7 +43,7 @@ _TRAILING = text(
 )
 
 
-class SqlStore(Store):
+class SqlStore(SeriesMixin, Store):
     def __init__(self, url_or_engine: str | Engine) -> None:
         self.engine = make_engine(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
         self._name_ids: dict[str, int] = {}
@@ -80,7 +64,7 @@ class SqlStore(Store):
     def _project_id(self, conn: Connection, project: str, create: bool) -> int | None:
         pid = conn.execute(select(ProjectRow.id).where(ProjectRow.name == project)).scalar()
         if pid is None and create:
-            ins = dialect_insert(conn, ProjectRow.__table__).values(name=project, created_at=_now())
+            ins = dialect_insert(conn, ProjectRow.__table__).values(name=project, created_at=now_utc())
             conn.execute(ins.on_conflict_do_nothing(index_elements=["name"]))
             pid = conn.execute(select(ProjectRow.id).where(ProjectRow.name == project)).scalar()
         return pid
@@ -133,9 +117,9 @@ class SqlStore(Store):
                     tags=tags[row.id],
                     export_layers=row.export_layers,
                     last_step=row.last_step,
-                    last_point_at=_utc(row.last_point_at),
-                    created_at=_utc(row.created_at) or _now(),
-                    updated_at=_utc(row.updated_at) or _now(),
+                    last_point_at=as_utc(row.last_point_at),
+                    created_at=as_utc(row.created_at) or now_utc(),
+                    updated_at=as_utc(row.updated_at) or now_utc(),
                     **{f: getattr(row, f) for f in SCALE_FIELDS},
                 )
             )
@@ -161,24 +145,22 @@ class SqlStore(Store):
             if fields["group"] is not None:
                 group, _ = self._upsert_group(conn, project_id, fields["group"], {})
                 values["group_id"] = group
-        values["updated_at"] = _now()
-        conn.execute(RunRow.__table__.update().where(RunRow.id == run_id).values(**values))
+        values["updated_at"] = now_utc()
+        conn.execute(update(RunRow).where(RunRow.id == run_id).values(**values))
         if "tags" in fields:
             conn.execute(delete(RunTagRow).where(RunTagRow.run_id == run_id))
             if fields["tags"]:
-                conn.execute(
-                    RunTagRow.__table__.insert(), [{"run_id": run_id, "tag": t} for t in sorted(set(fields["tags"]))]
-                )
+                conn.execute(insert(RunTagRow), [{"run_id": run_id, "tag": t} for t in sorted(set(fields["tags"]))])
 
     # -- runs ------------------------------------------------------------------------------------
     def upsert_run(self, project: str, name: str, fields: dict[str, Any]) -> tuple[Run, bool]:
-        with managed(self.engine, f"create or update run {project}/{name}") as conn:
+        with managed(self.engine, f"create or update run {project}/{name}", write=True) as conn:
             pid = self._project_id(conn, project, create=True)
             assert pid is not None
             run_id = conn.execute(select(RunRow.id).where(RunRow.project_id == pid, RunRow.name == name)).scalar()
             created = run_id is None
             if created:
-                now = _now()
+                now = now_utc()
                 ins = dialect_insert(conn, RunRow.__table__).values(
                     project_id=pid,
                     name=name,
@@ -193,11 +175,12 @@ class SqlStore(Store):
                 run_id = conn.execute(
                     select(RunRow.id).where(RunRow.project_id == pid, RunRow.name == name)
                 ).scalar_one()
+            assert run_id is not None
             self._apply_run_fields(conn, run_id, pid, fields)
             return self._get_run(conn, run_id), created
 
     def update_run(self, run_id: int, fields: dict[str, Any]) -> Run:
-        with managed(self.engine, f"update run {run_id}") as conn:
+        with managed(self.engine, f"update run {run_id}", write=True) as conn:
             pid = conn.execute(select(RunRow.project_id).where(RunRow.id == run_id)).scalar()
             if pid is None:
                 raise NotFoundError(f"run id {run_id} not found; list runs with GET /api/v1/runs")
@@ -245,7 +228,7 @@ class SqlStore(Store):
         gid = conn.execute(select(GroupRow.id).where(GroupRow.project_id == pid, GroupRow.name == name)).scalar()
         created = gid is None
         if created:
-            now = _now()
+            now = now_utc()
             ins = dialect_insert(conn, GroupRow.__table__).values(
                 project_id=pid, name=name, description="", config={}, thresholds={}, created_at=now, updated_at=now
             )
@@ -255,7 +238,8 @@ class SqlStore(Store):
             ).scalar_one()
         values = {k: fields[k] for k in ("description", "config", "thresholds") if k in fields}
         if values:
-            conn.execute(GroupRow.__table__.update().where(GroupRow.id == gid).values(updated_at=_now(), **values))
+            conn.execute(update(GroupRow).where(GroupRow.id == gid).values(updated_at=now_utc(), **values))
+        assert gid is not None
         return int(gid), created
 
     def _get_group(self, conn: Connection, group_id: int) -> Group:
@@ -274,19 +258,19 @@ class SqlStore(Store):
             description=g.description,
             config=g.config,
             thresholds=g.thresholds,
-            created_at=_utc(g.created_at) or _now(),
-            updated_at=_utc(g.updated_at) or _now(),
+            created_at=as_utc(g.created_at) or now_utc(),
+            updated_at=as_utc(g.updated_at) or now_utc(),
         )
 
     def upsert_group(self, project: str, name: str, fields: dict[str, Any]) -> tuple[Group, bool]:
-        with managed(self.engine, f"create or update group {project}/{name}") as conn:
+        with managed(self.engine, f"create or update group {project}/{name}", write=True) as conn:
             pid = self._project_id(conn, project, create=True)
             assert pid is not None
             gid, created = self._upsert_group(conn, pid, name, fields)
             return self._get_group(conn, gid), created
 
     def update_group(self, group_id: int, fields: dict[str, Any]) -> Group:
-        with managed(self.engine, f"update group {group_id}") as conn:
+        with managed(self.engine, f"update group {group_id}", write=True) as conn:
             g = self._get_group(conn, group_id)
             pid = self._project_id(conn, g.project, create=False)
             assert pid is not None
@@ -303,192 +287,6 @@ class SqlStore(Store):
             q = q.where(ProjectRow.name == project)
         with managed(self.engine, "list groups") as conn:
             return [self._get_group(conn, gid) for gid in conn.execute(q.order_by(GroupRow.id)).scalars()]
-
-    # -- points ----------------------------------------------------------------------------------
-    def ingest(self, run_id: int, batch_id: str, points: Sequence[Point]) -> IngestResult:
-        with managed(self.engine, f"store batch {batch_id} of run {run_id}") as conn:
-            seen = batch_seen(conn, batch_id)
-            if seen is not None:
-                return IngestResult(run_id=run_id, accepted=seen, duplicate=True)
-            name_ids = {n: self._name_id(conn, n) for n in {p.name for p in points}}
-            write_points(conn, run_id, batch_id, points, name_ids)  # type: ignore[arg-type]
-            return IngestResult(run_id=run_id, accepted=len(points), duplicate=False)
-
-    def _series_params(self, conn: Connection, run_id: int, name: str, layer: int | None) -> dict[str, Any] | None:
-        self._get_run(conn, run_id)
-        nid = self._name_id(conn, name, create=False)
-        if nid is None:
-            return None
-        return {"run_id": run_id, "name_id": nid, "layer": sql_layer(layer)}
-
-    def series(
-        self, run_id: int, name: str, layer: int | None, buckets: int, start: int | None, end: int | None
-    ) -> Series:
-        with managed(self.engine, f"read series {name} of run {run_id}") as conn:
-            params = self._series_params(conn, run_id, name, layer)
-            found = None
-            if params is not None:
-                params.update(start=0 if start is None else start, end=2**62 if end is None else end)
-                found = ds.downsample(conn, params, buckets)
-            pts = [] if found is None else [SeriesPoint(s, t, from_sql_value(v)) for s, t, v in found[0]]
-            return Series(run_id, name, layer, pts, bool(found and found[1]), buckets)
-
-    def layer_matrix(self, run_id: int, name: str, buckets: int, start: int | None, end: int | None) -> LayerMatrix:
-        with managed(self.engine, f"read layer matrix {name} of run {run_id}") as conn:
-            self._get_run(conn, run_id)
-            nid = self._name_id(conn, name, create=False)
-            layers: list[int] = []
-            if nid is not None:
-                layers = sorted(
-                    conn.execute(
-                        select(SeriesLatestRow.layer).where(
-                            SeriesLatestRow.run_id == run_id, SeriesLatestRow.name_id == nid, SeriesLatestRow.layer >= 0
-                        )
-                    ).scalars()
-                )
-            base = {"run_id": run_id, "name_id": nid, "start": start or 0, "end": 2**62 if end is None else end}
-            ends = [e for e in (ds.step_range(conn, {**base, "layer": la}) for la in layers) if e is not None]
-            if not ends:
-                return LayerMatrix(run_id, name, [], [], 1, [])
-            lo, hi = min(e[0][0] for e in ends), max(e[1][0] for e in ends)
-            w = -(-(hi - lo + 1) // buckets)
-            n = (hi - lo) // w + 1
-            matrix: list[list[float | None]] = []
-            for la in layers:
-                p = {**base, "layer": la}
-                row: list[float | None] = [None] * n
-                for b, slot in ds.bucket_extremes(conn, p, lo, hi, w, ("max",)).items():
-                    row[b] = from_sql_value(slot["max"][2])
-                for s, _t, v in ds.nonfinite(conn, p, lo, hi):
-                    b = (s - lo) // w
-                    cell = row[b]
-                    if v is None or cell is None or not math.isnan(cell):
-                        row[b] = math.nan if v is None else max(v, cell if cell is not None else -math.inf)
-                matrix.append(row)
-            return LayerMatrix(run_id, name, layers, [lo + i * w for i in range(n)], w, matrix)
-
-    def list_series(self, run_id: int) -> list[SeriesInfo]:
-        with managed(self.engine, f"list series of run {run_id}") as conn:
-            self._get_run(conn, run_id)
-            q = (
-                select(MetricNameRow.name, SeriesLatestRow.layer, SeriesLatestRow.step, SeriesLatestRow.value)
-                .join(MetricNameRow, MetricNameRow.id == SeriesLatestRow.name_id)
-                .where(SeriesLatestRow.run_id == run_id)
-                .order_by(MetricNameRow.name, SeriesLatestRow.layer)
-            )
-            return [SeriesInfo(n, api_layer(la), s, from_sql_value(v)) for n, la, s, v in conn.execute(q)]
-
-    def trailing_values(self, run_id: int, name: str, layer: int | None, before_step: int, limit: int) -> list[float]:
-        with managed(self.engine, f"read trailing window of {name}") as conn:
-            nid = self._name_id(conn, name, create=False)
-            if nid is None:
-                return []
-            rows = conn.execute(_TRAILING, {"r": run_id, "n": nid, "l": sql_layer(layer), "s": before_step, "k": limit})
-            return [from_sql_value(v) for (v,) in rows][::-1]
-
-    # -- alerts and exports ----------------------------------------------------------------------
-    def add_alerts(self, run_id: int, alerts: Sequence[NewAlert]) -> list[NewAlert]:
-        new: list[NewAlert] = []
-        with managed(self.engine, f"store alerts of run {run_id}") as conn:
-            for a in alerts:
-                ins = dialect_insert(conn, AlertEventRow.__table__).values(
-                    run_id=run_id,
-                    rule=a.rule,
-                    severity=a.severity,
-                    name=a.name,
-                    layer=sql_layer(a.layer),
-                    step=a.step,
-                    value=to_sql_value(a.value),
-                    baseline=a.baseline,
-                    message=a.message,
-                    created_at=_now(),
-                )
-                stmt = ins.on_conflict_do_nothing(index_elements=["run_id", "rule", "name", "layer", "step"])
-                if conn.execute(stmt.returning(AlertEventRow.id)).first() is not None:
-                    new.append(a)
-        return new
-
-    def list_alerts(
-        self,
-        run_id: int | None = None,
-        project: str | None = None,
-        group_id: int | None = None,
-        rule: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[Alert]:
-        a = AlertEventRow
-        q = (
-            select(a.__table__, RunRow.name.label("run_name"), ProjectRow.name.label("project_name"))
-            .join(RunRow, RunRow.id == a.run_id)
-            .join(ProjectRow, ProjectRow.id == RunRow.project_id)
-        )
-        conds = []
-        if run_id is not None:
-            conds.append(a.run_id == run_id)
-        if project is not None:
-            conds.append(ProjectRow.name == project)
-        if group_id is not None:
-            conds.append(RunRow.group_id == group_id)
-        if rule is not None:
-            conds.append(a.rule == rule)
-        if conds:
-            q = q.where(and_(*conds))
-        q = q.order_by(a.id.desc()).limit(limit).offset(offset)
-        with managed(self.engine, "list alerts") as conn:
-            return [
-                Alert(
-                    id=r.id,
-                    run_id=r.run_id,
-                    run=r.run_name,
-                    project=r.project_name,
-                    rule=r.rule,
-                    severity=r.severity,
-                    name=r.name,
-                    layer=api_layer(r.layer),
-                    step=r.step,
-                    value=from_sql_value(r.value),
-                    baseline=r.baseline,
-                    message=r.message,
-                    created_at=_utc(r.created_at) or _now(),
-                )
-                for r in conn.execute(q)
-            ]
-
-    def latest_for_active_runs(self) -> list[LatestValue]:
-        q = (
-            select(
-                ProjectRow.name,
-                RunRow.name,
-                RunRow.export_layers,
-                MetricNameRow.name,
-                SeriesLatestRow.layer,
-                SeriesLatestRow.step,
-                SeriesLatestRow.value,
-                RunRow.last_point_at,
-            )
-            .select_from(SeriesLatestRow)
-            .join(RunRow, RunRow.id == SeriesLatestRow.run_id)
-            .join(ProjectRow, ProjectRow.id == RunRow.project_id)
-            .join(MetricNameRow, MetricNameRow.id == SeriesLatestRow.name_id)
-            .where(RunRow.status == ACTIVE_STATUS)
-        )
-        with managed(self.engine, "read latest values of active runs") as conn:
-            return [
-                LatestValue(p, r, bool(e), n, api_layer(la), s, from_sql_value(v), _utc(t))
-                for p, r, e, n, la, s, v, t in conn.execute(q)
-            ]
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _utc(ts: datetime | None) -> datetime | None:
-    """SQLite returns naive datetimes; every timestamp stored is UTC."""
-    if ts is None:
-        return None
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 def _encode_json_floats(obj: Any) -> Any:

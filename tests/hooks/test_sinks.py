@@ -10,7 +10,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 import torch
 
 import hooks
@@ -131,8 +130,11 @@ CRASHING_TRAINER = textwrap.dedent(
     for step in range(6):
         model(torch.randn(2, 4)).sum().backward()
         mon.step(step, loss=float(step))
-    mon.flush(30)  # every batch is in the spool (the service is down)...
-    os._exit(1)    # ...and the process dies without closing anything
+    from hooks.sinks.folder import pending_files
+    import pathlib, time
+    while len(pending_files(pathlib.Path(sys.argv[2]) / "crash-1")) < 6:
+        time.sleep(0.05)  # every batch is in the spool (the service is down)...
+    os._exit(1)           # ...and the process dies without closing anything
     """
 )
 

@@ -98,7 +98,9 @@ def create_run(client: TestClient, name: str = "r1", **fields: object) -> dict[s
     return body
 
 
-def post_points(client: TestClient, run: str, points: list[dict[str, object]], batch_id: str | None = None) -> dict[str, object]:
+def post_points(
+    client: TestClient, run: str, points: list[dict[str, object]], batch_id: str | None = None
+) -> dict[str, object]:
     body = {"batch_id": batch_id or uuid.uuid4().hex, "run": run, "points": points}
     r = client.post("/api/v1/points", json=body, headers=AUTH)
     assert r.status_code in (200, 201), r.text

@@ -66,7 +66,10 @@ def test_cors_closed_by_default_and_open_when_configured(sqlite_store: SqlStore)
     closed = make_client(sqlite_store)
     r = closed.options("/api/v1/runs", headers=headers)
     assert "access-control-allow-origin" not in r.headers
-    assert "access-control-allow-origin" not in closed.get("/api/v1/runs", headers={"Origin": "https://dash.example"}).headers
+    assert (
+        "access-control-allow-origin"
+        not in closed.get("/api/v1/runs", headers={"Origin": "https://dash.example"}).headers
+    )
     opened = make_client(sqlite_store, cors_origins=["https://dash.example"])
     r = opened.options("/api/v1/runs", headers=headers)
     assert r.headers.get("access-control-allow-origin") == "https://dash.example"

@@ -35,7 +35,7 @@ def test_spike_and_nan_alerts_are_stored_and_listed(client: TestClient) -> None:
     assert spike["alerts"] == 1
     nan = post_points(client, "z-run", [{"name": "loss", "step": 40, "value": "NaN"}])
     assert nan["alerts"] == 1
-    alerts = client.get("/api/v1/alerts", params={"run_id": run["id"]}).json()
+    alerts = client.get("/api/v1/alerts", params={"run_id": str(run["id"])}).json()
     assert [a["rule"] for a in alerts] == ["nan_loss", "z_spike"]
     z = alerts[1]
     assert (z["name"], z["layer"], z["step"], z["value"]) == ("attention_z", 3, 31, 900.0)
@@ -43,7 +43,8 @@ def test_spike_and_nan_alerts_are_stored_and_listed(client: TestClient) -> None:
     assert alerts[0]["value"] == "NaN" and "NaN" in alerts[0]["message"]
     # A replayed batch raises nothing new.
     again = client.post(
-        "/api/v1/points", json={"batch_id": "replay-000001", "run": "z-run", "points": _z_points([151.0, 900.0], start=30)},
+        "/api/v1/points",
+        json={"batch_id": "replay-000001", "run": "z-run", "points": _z_points([151.0, 900.0], start=30)},
         headers=AUTH,
     ).json()
     assert again["alerts"] == 0
@@ -51,7 +52,11 @@ def test_spike_and_nan_alerts_are_stored_and_listed(client: TestClient) -> None:
 
 
 def test_thresholds_per_group(client: TestClient) -> None:
-    r = client.post("/api/v1/groups", json={"name": "strict", "thresholds": {"attention_z_min": 1000.0, "max_vio_limit": 0.5}}, headers=AUTH)
+    r = client.post(
+        "/api/v1/groups",
+        json={"name": "strict", "thresholds": {"attention_z_min": 1000.0, "max_vio_limit": 0.5}},
+        headers=AUTH,
+    )
     assert r.status_code == 201 and r.json()["thresholds"] == {"attention_z_min": 1000.0, "max_vio_limit": 0.5}
     create_run(client, "grouped", group="strict")
     post_points(client, "grouped", _z_points([150.0 + (i % 5) for i in range(30)]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import threading
 
 from fastapi.testclient import TestClient
 from sqlalchemy import text
@@ -15,7 +16,7 @@ from tests.monitor.conftest import AUTH, create_run, make_client, post_points
 
 
 def _values(client: TestClient, run_id: int, name: str, layer: int | None = None) -> dict[int, object]:
-    params: dict[str, object] = {"name": name}
+    params: dict[str, str | int] = {"name": name}
     if layer is not None:
         params["layer"] = layer
     r = client.get(f"/api/v1/runs/{run_id}/series", params=params)
@@ -45,7 +46,9 @@ def test_ingest_is_idempotent_by_batch_and_by_key(client: TestClient) -> None:
 def test_hooks_batch_json_is_the_body(client: TestClient) -> None:
     run = create_run(client, "wire-run")
     batch = Batch("wire-run", [Point("attention_z", 7, 12.5, layer=2, tokens=700), Point("loss", 7, math.nan)])
-    r = client.post("/api/v1/points", content=json.dumps(batch.to_json()), headers={**AUTH, "Content-Type": "application/json"})
+    r = client.post(
+        "/api/v1/points", content=json.dumps(batch.to_json()), headers={**AUTH, "Content-Type": "application/json"}
+    )
     assert r.status_code == 201, r.text
     assert _values(client, int(run["id"]), "attention_z", 2) == {7: 12.5}  # type: ignore[call-overload]
     assert _values(client, int(run["id"]), "loss") == {7: "NaN"}  # type: ignore[call-overload]
@@ -56,7 +59,9 @@ def test_unknown_run_is_404_naming_the_fix(client: TestClient) -> None:
     assert r.status_code == 404
     assert "ghost" in r.json()["detail"] and "POST /api/v1/runs" in r.json()["detail"]
     create_run(client, "ghost", project="other")
-    r = client.post("/api/v1/points?project=other", json={"batch_id": "batch-0003", "run": "ghost", "points": []}, headers=AUTH)
+    r = client.post(
+        "/api/v1/points?project=other", json={"batch_id": "batch-0003", "run": "ghost", "points": []}, headers=AUTH
+    )
     assert r.status_code == 201
 
 
@@ -98,7 +103,11 @@ def test_limits_413_and_422(store: SqlStore) -> None:
     r = client.post("/api/v1/points", content=chunks(), headers={**AUTH, "Content-Type": "application/json"})
     assert r.status_code == 413
     # The wire format's own ceiling is enforced too.
-    huge = {"batch_id": "batch-0007", "run": "r1", "points": [{"name": "loss", "step": 1, "value": 1}] * (MAX_POINTS_PER_BATCH + 1)}
+    huge = {
+        "batch_id": "batch-0007",
+        "run": "r1",
+        "points": [{"name": "loss", "step": 1, "value": 1}] * (MAX_POINTS_PER_BATCH + 1),
+    }
     r = make_client(store).post("/api/v1/points", json=huge, headers=AUTH)
     assert r.status_code == 422 and "points" in r.json()["message"]
 
@@ -111,7 +120,8 @@ def test_nonfinite_round_trip_http_and_sql(store: SqlStore, client: TestClient) 
     assert _values(client, int(run["id"]), "loss") == sent  # type: ignore[call-overload]
     # In SQL: +-Inf as IEEE values, NaN as NULL (the documented encoding), nothing else NULL.
     with store.engine.connect() as conn:
-        rows = dict(conn.execute(text("SELECT step, value FROM metric_points ORDER BY step")).all())
+        sql = text("SELECT step, value FROM metric_points ORDER BY step")
+        rows: dict[int, float | None] = dict(conn.execute(sql).all())
     assert rows[1] is None
     assert rows[2] == math.inf and rows[3] == -math.inf and rows[4] == 1.5e308
     # Through the store API the values are real IEEE floats again.
@@ -127,3 +137,27 @@ def test_sqlite_really_loses_nan_in_real_columns(tmp_path: object) -> None:
     con.execute("INSERT INTO t VALUES (?)", (math.inf,))
     assert [r[0] for r in con.execute("SELECT v FROM t")] == [None, math.inf]
     con.close()
+
+
+def test_concurrent_writers_on_sqlite(sqlite_store: SqlStore) -> None:
+    """Several training processes posting at once: every batch lands (writers queue, none fail)."""
+    run, _ = sqlite_store.upsert_run("default", "busy", {})
+    errors: list[BaseException] = []
+
+    def writer(k: int) -> None:
+        try:
+            for i in range(5):
+                pts = [Point("attention_z", 100 * k + i, float(k), layer=layer) for layer in range(8)]
+                sqlite_store.ingest(run.id, f"w{k}-batch-{i:04d}", pts)
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with sqlite_store.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM metric_points")).scalar() == 6 * 5 * 8
+        assert conn.execute(text("SELECT count(*) FROM ingested_batches")).scalar() == 30

@@ -20,8 +20,16 @@ from monitor.store import SqlStore, migrate
 from monitor.store.models import Base
 
 TABLES = {
-    "projects", "groups", "runs", "run_tags", "metric_names", "metric_points", "metric_rollups",
-    "series_latest", "ingested_batches", "alert_events",
+    "projects",
+    "groups",
+    "runs",
+    "run_tags",
+    "metric_names",
+    "metric_points",
+    "metric_rollups",
+    "series_latest",
+    "ingested_batches",
+    "alert_events",
 }
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,7 +45,7 @@ def test_upgrade_then_downgrade(db_url: str) -> None:
         assert migrate.current_revision(store.engine) is None
         migrate.upgrade(store.engine)
         assert migrate.current_revision(store.engine) == migrate.head_revision()
-        assert TABLES <= set(inspect(store.engine).get_table_names())
+        assert set(inspect(store.engine).get_table_names()) >= TABLES
         pk = inspect(store.engine).get_pk_constraint("metric_points")["constrained_columns"]
         assert pk == ["run_id", "name_id", "layer", "step"]
         migrate.downgrade(store.engine, "base")
@@ -89,7 +97,9 @@ def test_db_command_works_from_any_directory(tmp_path: Path) -> None:
     assert "current" in up.stdout
     cur = subprocess.run([*cmd, "current", "--db", url], cwd="/", capture_output=True, text=True, timeout=120)
     assert migrate.head_revision() in cur.stdout
-    down = subprocess.run([*cmd, "downgrade", "base", "--db", url], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    down = subprocess.run(
+        [*cmd, "downgrade", "base", "--db", url], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert down.returncode == 0, down.stderr
     assert "out of date" in down.stdout
 
@@ -97,12 +107,24 @@ def test_db_command_works_from_any_directory(tmp_path: Path) -> None:
 def test_serve_refuses_placeholder_token_and_old_schema(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/serve.db"
     env = {"PATH": "/usr/bin:/bin", "HYPERWATCH_WRITE_TOKEN": "changethis", "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "hyperwatch", "serve", "--db", url], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=120, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "hyperwatch", "serve", "--db", url],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert r.returncode == 2
     assert "HYPERWATCH_WRITE_TOKEN" in r.stderr
     env["HYPERWATCH_WRITE_TOKEN"] = "a-real-secret-of-some-length"
-    r = subprocess.run([sys.executable, "-m", "hyperwatch", "serve", "--db", url], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=120, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "hyperwatch", "serve", "--db", url],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert r.returncode == 2
     assert "hyperwatch db upgrade" in r.stderr

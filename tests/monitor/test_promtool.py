@@ -23,23 +23,25 @@ def _promtool() -> str:
 
 
 def test_check_rules() -> None:
-    r = subprocess.run([_promtool(), "check", "rules", "rules.yml"], cwd=RULES, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [_promtool(), "check", "rules", "rules.yml"], cwd=RULES, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "5 rules found" in r.stdout + r.stderr
 
 
 def test_rule_unit_tests() -> None:
-    r = subprocess.run([_promtool(), "test", "rules", "rules_test.yml"], cwd=RULES, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [_promtool(), "test", "rules", "rules_test.yml"], cwd=RULES, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SUCCESS" in r.stdout + r.stderr
 
 
-def test_check_config() -> None:
+def test_check_config(tmp_path: Path) -> None:
     # prometheus.yml names /etc/prometheus/rules.yml (the container path): check a copy pointing here.
     cfg = (RULES / "prometheus.yml").read_text().replace("/etc/prometheus/rules.yml", str(RULES / "rules.yml"))
-    tmp = RULES.parent / ".pytest_cache"
-    tmp.mkdir(exist_ok=True)
-    path = tmp / "prometheus-check.yml"
+    path = tmp_path / "prometheus.yml"
     path.write_text(cfg)
     r = subprocess.run([_promtool(), "check", "config", str(path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr

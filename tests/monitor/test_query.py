@@ -37,7 +37,9 @@ def long_run(store: SqlStore) -> int:
     return run.id
 
 
-@pytest.mark.parametrize(("buckets", "start", "end"), [(100, None, None), (10, None, None), (3, None, None), (50, 1001, 18_999)])
+@pytest.mark.parametrize(
+    ("buckets", "start", "end"), [(100, None, None), (10, None, None), (3, None, None), (50, 1001, 18_999)]
+)
 def test_downsampling_keeps_spikes_endpoints_and_nonfinite(
     store: SqlStore, long_run: int, buckets: int, start: int | None, end: int | None
 ) -> None:
@@ -91,8 +93,12 @@ def test_short_series_is_returned_whole(store: SqlStore) -> None:
 def test_compare_on_each_x_axis(client: TestClient) -> None:
     create_run(client, "small", group="sweep", tokens=1000, flops=6e9, total_steps=10)
     create_run(client, "large", group="sweep", tokens=4000, flops=9.6e10, total_steps=40)
-    post_points(client, "small", [{"name": "loss", "step": s, "tokens": s * 100, "value": 4 - s / 10} for s in range(11)])
-    post_points(client, "large", [{"name": "loss", "step": s, "tokens": s * 100, "value": 4 - s / 20} for s in range(41)])
+    post_points(
+        client, "small", [{"name": "loss", "step": s, "tokens": s * 100, "value": 4 - s / 10} for s in range(11)]
+    )
+    post_points(
+        client, "large", [{"name": "loss", "step": s, "tokens": s * 100, "value": 4 - s / 20} for s in range(41)]
+    )
     runs = client.get("/api/v1/runs", params={"group": "sweep"}).json()
     ids = [r["id"] for r in runs]
     expect = {
@@ -117,7 +123,7 @@ def test_compare_on_each_x_axis(client: TestClient) -> None:
 def test_compare_says_which_run_lacks_a_field(client: TestClient) -> None:
     run = create_run(client, "bare")
     post_points(client, "bare", [{"name": "loss", "step": 1, "value": 3.0}])
-    r = client.get("/api/v1/compare", params={"name": "loss", "x": "flops", "run_id": run["id"]})
+    r = client.get("/api/v1/compare", params={"name": "loss", "x": "flops", "run_id": str(run["id"])})
     assert r.status_code == 422
     assert "bare" in r.json()["detail"] and "PATCH" in r.json()["detail"]
     assert client.get("/api/v1/compare", params={"name": "loss"}).status_code == 422

@@ -64,7 +64,9 @@ def _x_values(run: Run, s: Series, x: str) -> list[ComparePoint]:
             )
         return [ComparePoint(x=p.step / run.total_steps, step=p.step, value=p.value) for p in s.points]
     if x in ("flops", "fraction") and not run.tokens:
-        raise InvalidInputError(f"x={x}: {where} has no tokens (training tokens); set it with PATCH /api/v1/runs/{run.id}")
+        raise InvalidInputError(
+            f"x={x}: {where} has no tokens (training tokens); set it with PATCH /api/v1/runs/{run.id}"
+        )
     if x == "flops" and run.flops is None:
         raise InvalidInputError(f"x=flops: {where} has no flops; set it with PATCH /api/v1/runs/{run.id}")
     scale = 1.0
@@ -76,7 +78,9 @@ def _x_values(run: Run, s: Series, x: str) -> list[ComparePoint]:
         scale = 1.0 / run.tokens
     pts = [ComparePoint(x=p.tokens * scale, step=p.step, value=p.value) for p in s.points if p.tokens is not None]
     if s.points and not pts:
-        raise InvalidInputError(f"x={x}: the points of {where} carry no tokens; send tokens with each point or use x=step")
+        raise InvalidInputError(
+            f"x={x}: the points of {where} carry no tokens; send tokens with each point or use x=step"
+        )
     return pts
 
 
@@ -104,8 +108,9 @@ def compare(
         run = store.get_run(rid)
         s = store.series(rid, name, layer, _buckets(buckets, settings.max_buckets), None, None)
         out.append(
-            CompareSeries(run_id=rid, run=run.name, project=run.project, downsampled=s.downsampled,
-                          points=_x_values(run, s, x))
+            CompareSeries(
+                run_id=rid, run=run.name, project=run.project, downsampled=s.downsampled, points=_x_values(run, s, x)
+            )
         )
     return CompareOut(name=name, layer=layer, x=x, series=out)
 

@@ -1,0 +1,230 @@
+"""SqlStore's point, alert and export methods (a mixin; the class is :class:`monitor.store.sql.SqlStore`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import and_, select, text
+from sqlalchemy.engine import Connection, Engine
+
+from hooks.schema import Point
+from monitor.store import downsample as ds
+from monitor.store.engine import managed
+from monitor.store.entities import (
+    ACTIVE_STATUS,
+    Alert,
+    IngestResult,
+    LatestValue,
+    LayerMatrix,
+    NewAlert,
+    Run,
+    Series,
+    SeriesInfo,
+    SeriesPoint,
+)
+from monitor.store.models import AlertEventRow, MetricNameRow, ProjectRow, RunRow, SeriesLatestRow
+from monitor.store.points import (
+    api_layer,
+    as_utc,
+    batch_seen,
+    dialect_insert,
+    from_sql_value,
+    now_utc,
+    sql_layer,
+    to_sql_value,
+    write_points,
+)
+
+_TRAILING = text(
+    "SELECT value FROM metric_points WHERE run_id = :r AND name_id = :n AND layer = :l "
+    "AND step < :s ORDER BY step DESC LIMIT :k"
+)
+
+
+class SeriesMixin:
+    """Needs ``engine``, ``_name_id`` and ``_get_run`` from the class it is mixed into."""
+
+    engine: Engine
+
+    def _name_id(self, conn: Connection, name: str, create: bool = True) -> int | None:
+        raise NotImplementedError
+
+    def _get_run(self, conn: Connection, run_id: int) -> Run:
+        raise NotImplementedError
+
+    # -- points ----------------------------------------------------------------------------------
+    def ingest(self, run_id: int, batch_id: str, points: Sequence[Point]) -> IngestResult:
+        with managed(self.engine, f"store batch {batch_id} of run {run_id}", write=True) as conn:
+            seen = batch_seen(conn, batch_id)
+            if seen is not None:
+                return IngestResult(run_id=run_id, accepted=seen, duplicate=True)
+            name_ids = {n: self._name_id(conn, n) for n in {p.name for p in points}}
+            write_points(conn, run_id, batch_id, points, name_ids)  # type: ignore[arg-type]
+            return IngestResult(run_id=run_id, accepted=len(points), duplicate=False)
+
+    def _series_params(self, conn: Connection, run_id: int, name: str, layer: int | None) -> dict[str, Any] | None:
+        self._get_run(conn, run_id)
+        nid = self._name_id(conn, name, create=False)
+        if nid is None:
+            return None
+        return {"run_id": run_id, "name_id": nid, "layer": sql_layer(layer)}
+
+    def series(
+        self, run_id: int, name: str, layer: int | None, buckets: int, start: int | None, end: int | None
+    ) -> Series:
+        with managed(self.engine, f"read series {name} of run {run_id}") as conn:
+            params = self._series_params(conn, run_id, name, layer)
+            found = None
+            if params is not None:
+                params.update(start=0 if start is None else start, end=2**62 if end is None else end)
+                found = ds.downsample(conn, params, buckets)
+            pts = [] if found is None else [SeriesPoint(s, t, from_sql_value(v)) for s, t, v in found[0]]
+            return Series(run_id, name, layer, pts, bool(found and found[1]), buckets)
+
+    def layer_matrix(self, run_id: int, name: str, buckets: int, start: int | None, end: int | None) -> LayerMatrix:
+        with managed(self.engine, f"read layer matrix {name} of run {run_id}") as conn:
+            self._get_run(conn, run_id)
+            nid = self._name_id(conn, name, create=False)
+            layers: list[int] = []
+            if nid is not None:
+                layers = sorted(
+                    conn.execute(
+                        select(SeriesLatestRow.layer).where(
+                            SeriesLatestRow.run_id == run_id, SeriesLatestRow.name_id == nid, SeriesLatestRow.layer >= 0
+                        )
+                    ).scalars()
+                )
+            base = {"run_id": run_id, "name_id": nid, "start": start or 0, "end": 2**62 if end is None else end}
+            ends = [e for e in (ds.step_range(conn, {**base, "layer": la}) for la in layers) if e is not None]
+            if not ends:
+                return LayerMatrix(run_id, name, [], [], 1, [])
+            lo, hi = min(e[0][0] for e in ends), max(e[1][0] for e in ends)
+            w = -(-(hi - lo + 1) // buckets)
+            n = (hi - lo) // w + 1
+            matrix: list[list[float | None]] = []
+            for la in layers:
+                p = {**base, "layer": la}
+                row: list[float | None] = [None] * n
+                for b, slot in ds.bucket_extremes(conn, p, lo, hi, w, ("max",)).items():
+                    row[b] = from_sql_value(slot["max"][2])
+                for s, _t, v in ds.nonfinite(conn, p, lo, hi):
+                    b = (s - lo) // w
+                    cell = row[b]
+                    if v is None or cell is None or not math.isnan(cell):
+                        row[b] = math.nan if v is None else max(v, cell if cell is not None else -math.inf)
+                matrix.append(row)
+            return LayerMatrix(run_id, name, layers, [lo + i * w for i in range(n)], w, matrix)
+
+    def list_series(self, run_id: int) -> list[SeriesInfo]:
+        with managed(self.engine, f"list series of run {run_id}") as conn:
+            self._get_run(conn, run_id)
+            q = (
+                select(MetricNameRow.name, SeriesLatestRow.layer, SeriesLatestRow.step, SeriesLatestRow.value)
+                .join(MetricNameRow, MetricNameRow.id == SeriesLatestRow.name_id)
+                .where(SeriesLatestRow.run_id == run_id)
+                .order_by(MetricNameRow.name, SeriesLatestRow.layer)
+            )
+            return [SeriesInfo(n, api_layer(la), s, from_sql_value(v)) for n, la, s, v in conn.execute(q)]
+
+    def trailing_values(self, run_id: int, name: str, layer: int | None, before_step: int, limit: int) -> list[float]:
+        with managed(self.engine, f"read trailing window of {name}") as conn:
+            nid = self._name_id(conn, name, create=False)
+            if nid is None:
+                return []
+            rows = conn.execute(_TRAILING, {"r": run_id, "n": nid, "l": sql_layer(layer), "s": before_step, "k": limit})
+            return [from_sql_value(v) for (v,) in rows][::-1]
+
+    # -- alerts and exports ----------------------------------------------------------------------
+    def add_alerts(self, run_id: int, alerts: Sequence[NewAlert]) -> list[NewAlert]:
+        new: list[NewAlert] = []
+        with managed(self.engine, f"store alerts of run {run_id}", write=True) as conn:
+            for a in alerts:
+                ins = dialect_insert(conn, AlertEventRow.__table__).values(
+                    run_id=run_id,
+                    rule=a.rule,
+                    severity=a.severity,
+                    name=a.name,
+                    layer=sql_layer(a.layer),
+                    step=a.step,
+                    value=to_sql_value(a.value),
+                    baseline=a.baseline,
+                    message=a.message,
+                    created_at=now_utc(),
+                )
+                stmt = ins.on_conflict_do_nothing(index_elements=["run_id", "rule", "name", "layer", "step"])
+                if conn.execute(stmt.returning(AlertEventRow.id)).first() is not None:
+                    new.append(a)
+        return new
+
+    def list_alerts(
+        self,
+        run_id: int | None = None,
+        project: str | None = None,
+        group_id: int | None = None,
+        rule: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Alert]:
+        a = AlertEventRow
+        q = (
+            select(a.__table__, RunRow.name.label("run_name"), ProjectRow.name.label("project_name"))
+            .join(RunRow, RunRow.id == a.run_id)
+            .join(ProjectRow, ProjectRow.id == RunRow.project_id)
+        )
+        conds = []
+        if run_id is not None:
+            conds.append(a.run_id == run_id)
+        if project is not None:
+            conds.append(ProjectRow.name == project)
+        if group_id is not None:
+            conds.append(RunRow.group_id == group_id)
+        if rule is not None:
+            conds.append(a.rule == rule)
+        if conds:
+            q = q.where(and_(*conds))
+        q = q.order_by(a.id.desc()).limit(limit).offset(offset)
+        with managed(self.engine, "list alerts") as conn:
+            return [
+                Alert(
+                    id=r.id,
+                    run_id=r.run_id,
+                    run=r.run_name,
+                    project=r.project_name,
+                    rule=r.rule,
+                    severity=r.severity,
+                    name=r.name,
+                    layer=api_layer(r.layer),
+                    step=r.step,
+                    value=from_sql_value(r.value),
+                    baseline=r.baseline,
+                    message=r.message,
+                    created_at=as_utc(r.created_at) or now_utc(),
+                )
+                for r in conn.execute(q)
+            ]
+
+    def latest_for_active_runs(self) -> list[LatestValue]:
+        q = (
+            select(
+                ProjectRow.name,
+                RunRow.name,
+                RunRow.export_layers,
+                MetricNameRow.name,
+                SeriesLatestRow.layer,
+                SeriesLatestRow.step,
+                SeriesLatestRow.value,
+                RunRow.last_point_at,
+            )
+            .select_from(SeriesLatestRow)
+            .join(RunRow, RunRow.id == SeriesLatestRow.run_id)
+            .join(ProjectRow, ProjectRow.id == RunRow.project_id)
+            .join(MetricNameRow, MetricNameRow.id == SeriesLatestRow.name_id)
+            .where(RunRow.status == ACTIVE_STATUS)
+        )
+        with managed(self.engine, "read latest values of active runs") as conn:
+            return [
+                LatestValue(p, r, bool(e), n, api_layer(la), s, from_sql_value(v), as_utc(t))
+                for p, r, e, n, la, s, v, t in conn.execute(q)
+            ]

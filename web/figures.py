@@ -1,0 +1,329 @@
+"""Figure builders: plain Plotly figure JSON (``{"data": [...], "layout": {...}}``) from stored series.
+
+The browser only calls ``Plotly.newPlot`` on these; the controls (log-y, EMA smoothing) act on
+the drawn traces. Conventions shared by every figure:
+
+- Finite values are drawn as lines; a non-finite value (NaN, +Inf, -Inf) is a gap in the line
+  (``null``) and a red marker on a hidden overlay axis (``yaxis2``, range [0, 1]) in a lane near
+  the top: ``x`` for NaN, a triangle up for +Inf, down for -Inf, hover text naming the value.
+  Nothing is clamped or dropped.
+- Line traces carry ``meta.smooth = true`` (the EMA toggle smooths only those).
+- Every user string is escaped with :func:`web.scale.esc`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from monitor.api.routes.analysis import AggSeries
+from monitor.store.entities import Alert, LayerMatrix, Run
+from web.scale import NONFINITE_COLOUR, esc, human_count
+
+XAxis = Literal["step", "tokens", "flops", "fraction"]
+X_TITLES = {"step": "step", "tokens": "training tokens", "flops": "training FLOPs", "fraction": "fraction of training"}
+NONFINITE_SYMBOL = {"NaN": "x", "Infinity": "triangle-up", "-Infinity": "triangle-down"}
+TITLES = {
+    "attention_z": "Attention Z (mean LSE² of attention logits)",
+    "router_z": "Router Z (mean LSE² of router logits)",
+    "attention_rms": "Attention branch output RMS",
+    "mlp_rms": "MLP / MoE branch output RMS",
+    "attention_outlier_ratio": "Attention output outlier ratio (> 5σ)",
+    "mlp_outlier_ratio": "MLP / MoE output outlier ratio (> 5σ)",
+    "max_vio": "MaxVio (MoE load imbalance)",
+    "loss": "Training loss",
+    "val_loss": "Validation loss",
+    "lr": "Learning rate",
+    "grad_norm": "Gradient norm (before clipping)",
+}
+
+
+class XAxisError(ValueError):
+    """A run lacks the field an x-axis needs; the message names the run, the field and the fix."""
+
+
+def wire(v: float) -> str:
+    """The wire spelling of a non-finite value ("NaN", "Infinity", "-Infinity")."""
+    return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+
+
+def x_values(run: Run, steps: Sequence[int], tokens: Sequence[int | None], x: XAxis) -> list[float | None]:
+    """The x of each point on axis ``x``; raises :class:`XAxisError` when the run cannot have it."""
+    where = f"run {run.name!r} (id {run.id})"
+    if x == "step":
+        return [float(s) for s in steps]
+    if x == "fraction" and not run.tokens:
+        if not run.total_steps:
+            raise XAxisError(f"x=fraction: {where} has neither tokens nor total_steps; set one on the run")
+        return [s / run.total_steps for s in steps]
+    if x != "tokens" and not run.tokens:
+        raise XAxisError(f"x={x}: {where} has no tokens (training tokens of the run); set it on the run")
+    if x == "flops" and not run.flops:
+        raise XAxisError(f"x=flops: {where} has no flops; set the run's training FLOPs")
+    if steps and all(t is None for t in tokens):
+        raise XAxisError(f"x={x}: {where}: its points carry no tokens; send tokens with the points or use x=step")
+    scale = 1.0
+    if x == "flops":
+        assert run.flops and run.tokens
+        scale = run.flops / run.tokens  # training FLOPs per token
+    elif x == "fraction":
+        assert run.tokens
+        scale = 1.0 / run.tokens
+    return [None if t is None else t * scale for t in tokens]
+
+
+def _finite_or_none(values: Sequence[float]) -> list[float | None]:
+    return [v if math.isfinite(v) else None for v in values]
+
+
+def nonfinite_trace(
+    xs: Sequence[float | None], values: Sequence[float], name: str, group: str, lane: float, edge: str
+) -> dict[str, Any] | None:
+    """Red markers for the non-finite values of one line, or None when every value is finite."""
+    at = [(x, wire(v)) for x, v in zip(xs, values, strict=True) if not math.isfinite(v) and x is not None]
+    if not at:
+        return None
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "x": [x for x, _ in at],
+        "y": [lane] * len(at),
+        "yaxis": "y2",
+        "name": f"{name} · non-finite",
+        "legendgroup": group,
+        "showlegend": False,
+        "text": [w for _, w in at],
+        "hovertemplate": "%{fullData.name}<br>%{text} at %{x}<extra></extra>",
+        "marker": {
+            "color": NONFINITE_COLOUR,
+            "size": 10,
+            "symbol": [NONFINITE_SYMBOL[w] for _, w in at],
+            "line": {"color": edge, "width": 1.5},
+        },
+        "meta": {"nonfinite": True},
+    }
+
+
+def line_trace(
+    xs: Sequence[float | None], values: Sequence[float], name: str, group: str, colour: str, gl: bool, **extra: Any
+) -> dict[str, Any]:
+    trace: dict[str, Any] = {
+        "type": "scattergl" if gl else "scatter",
+        "mode": "lines",
+        "x": list(xs),
+        "y": _finite_or_none(values),
+        "name": name,
+        "legendgroup": group,
+        "line": {"color": colour, "width": 1.5},
+        "hovertemplate": "%{fullData.name}<br>%{x}: %{y:.5g}<extra></extra>",
+        "meta": {"smooth": True},
+    }
+    trace.update(extra)
+    return trace
+
+
+def base_layout(title: str, x_title: str, y_title: str, height: int = 340) -> dict[str, Any]:
+    return {
+        "title": {"text": title, "font": {"size": 14}, "x": 0.01, "xanchor": "left"},
+        # fixed margins, no automargin: automargin costs plotly a second layout pass per figure
+        "xaxis": {"title": {"text": x_title}},
+        "yaxis": {"title": {"text": y_title}, "type": "linear", "exponentformat": "SI"},
+        "yaxis2": {"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
+        "height": height,
+        "margin": {"l": 64, "r": 20, "t": 40, "b": 45},
+        "legend": {"font": {"size": 11}},
+        "hovermode": "closest",
+        "template": None,
+        "paper_bgcolor": "#ffffff",
+        "plot_bgcolor": "#fafafa",
+    }
+
+
+@dataclass(frozen=True)
+class RunLine:
+    """One run's line in a comparison: the run, its aggregated series, its legend label and colour."""
+
+    run: Run
+    line: AggSeries
+    label: str
+    colour: str
+
+
+def compare_figure(name: str, lines: Sequence[RunLine], x: XAxis, agg: str, gl: bool) -> dict[str, Any]:
+    """One indicator, one line per run (legend "d=12 · 570M"); runs that cannot be drawn go to ``meta.missing``.
+
+    ``meta.missing`` is plain text for the page's ``textContent`` (not escaped; never given to Plotly).
+    """
+    data: list[dict[str, Any]] = []
+    missing: list[str] = []
+    lanes: list[dict[str, Any]] = []
+    for i, rl in enumerate(lines):
+        try:
+            xs = x_values(rl.run, rl.line.steps, rl.line.tokens, x)
+        except XAxisError as exc:
+            missing.append(str(exc))
+            continue
+        label, group = esc(rl.label), f"run{rl.run.id}"
+        # meta.label is the raw label for the page's own legend (textContent); plotly gets the escaped one
+        meta = {"smooth": True, "run_id": rl.run.id, "label": rl.label, "colour": rl.colour}
+        data.append(line_trace(xs, rl.line.values, label, group, rl.colour, gl, meta=meta))
+        nf = nonfinite_trace(xs, rl.line.values, label, group, 0.97 - 0.04 * (i % 12), rl.colour)
+        if nf is not None:
+            nf["meta"]["run_id"] = rl.run.id
+            lanes.append(nf)
+    data.extend(lanes)  # markers above the lines
+    per_layer = any(rl.line.per_layer for rl in lines)
+    suffix = f" · {agg} over layers" if per_layer else ""
+    layout = base_layout(esc(TITLES.get(name, name)) + suffix, X_TITLES[x], esc(name))
+    layout["uirevision"] = name
+    layout["showlegend"] = False  # one legend for the whole page (runs share colours across figures)
+    return {"data": data, "layout": layout, "meta": {"name": name, "missing": missing}}
+
+
+def stability_figure(name: str, verdict: dict[str, Any] | None, size_of_scale: str) -> dict[str, Any]:
+    """Peak and final value of one indicator vs model size, titled with the verdict."""
+    layout = base_layout(esc(name), esc(size_of_scale), "value", height=340)
+    layout["xaxis"]["type"] = "log"
+    layout["showlegend"] = True
+    layout["legend"] = {"x": 0.01, "y": 0.01, "xanchor": "left", "yanchor": "bottom", "bgcolor": "rgba(255,255,255,0.7)"}
+    if verdict is None:
+        layout["title"]["text"] = f"{esc(name)}: no data"
+        return {"data": [], "layout": layout, "meta": {"verdict": None}, "config": {"displayModeBar": False}}
+    data: list[dict[str, Any]] = []
+    for key, dash, colour in (("peak", "solid", "#1f77b4"), ("final", "dash", "#ff7f0e")):
+        part = verdict[key]
+        scales = [float(s) for s in part["scales"]]
+        values = [_decode(v) for v in part["values"]]
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "x": scales,
+                "y": _finite_or_none(values),
+                "name": key,
+                "line": {"color": colour, "dash": dash},
+                "hovertemplate": f"{key} at %{{x:.3s}}: %{{y:.5g}}<extra></extra>",
+            }
+        )
+        nf = nonfinite_trace(scales, values, key, key, 0.95 if key == "peak" else 0.88, colour)
+        if nf is not None:
+            data.append(nf)
+    state = verdict["verdict"]
+    text = {"transferable": "transferable ✓", "breaks": "breaks", "insufficient_scales": "one scale only"}[state]
+    if state == "breaks" and verdict.get("breaks_at") is not None:
+        text += f" at {human_count(float(verdict['breaks_at']))}"
+    colour = {"transferable": "#2ca02c", "breaks": NONFINITE_COLOUR}.get(state, "#7f7f7f")
+    layout["title"]["text"] = f"{esc(name)}: <span style='color:{colour}'>{text}</span>"
+    meta = {"verdict": state, "breaks_at": verdict.get("breaks_at")}
+    return {"data": data, "layout": layout, "meta": meta, "config": {"displayModeBar": False}}
+
+
+def _decode(v: Any) -> float:
+    if isinstance(v, str):
+        return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[v]
+    return float(v)
+
+
+def run_line_figure(
+    run: Run,
+    name: str,
+    lines: Sequence[tuple[str, AggSeries, str]],
+    alerts: Sequence[Alert],
+    x: XAxis,
+    gl: bool,
+) -> dict[str, Any]:
+    """One indicator of one run: ``lines`` = (label, series, colour), alerts as diamonds at their step."""
+    data: list[dict[str, Any]] = []
+    marks: list[dict[str, Any]] = []
+    ref_steps: list[int] = []
+    ref_x: list[float | None] = []
+    for i, (label, line, colour) in enumerate(lines):
+        xs = x_values(run, line.steps, line.tokens, x)
+        data.append(line_trace(xs, line.values, esc(label), f"l{i}", colour, gl))
+        nf = nonfinite_trace(xs, line.values, esc(label), f"l{i}", 0.97 - 0.05 * i, colour)
+        if nf is not None:
+            marks.append(nf)
+        if not ref_steps:
+            ref_steps, ref_x = list(line.steps), xs
+    if alerts and ref_steps:
+        ax = [_interp_x(a.step, ref_steps, ref_x) for a in alerts]
+        marks.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "x": ax,
+                "y": [0.85] * len(alerts),
+                "yaxis": "y2",
+                "name": "alerts",
+                "text": [esc(f"{a.rule} ({a.severity}) step {a.step}: {a.message}") for a in alerts],
+                "customdata": [a.step for a in alerts],
+                "hovertemplate": "%{text}<extra></extra>",
+                "marker": {"symbol": "diamond", "size": 11, "color": "#ff9f1c", "line": {"color": "#000", "width": 1}},
+                "meta": {"alerts": True},
+            }
+        )
+    data.extend(marks)
+    layout = base_layout(esc(TITLES.get(name, name)), X_TITLES[x], esc(name), height=300)
+    layout["uirevision"] = name
+    return {"data": data, "layout": layout, "meta": {"name": name}}
+
+
+def _interp_x(step: int, steps: Sequence[int], xs: Sequence[float | None]) -> float | None:
+    """x of ``step`` on a line's axis: linear between the line's neighbouring points, clamped to its ends."""
+    k = bisect.bisect_left(steps, step)
+    if k == 0:
+        return xs[0]
+    if k == len(steps):
+        return xs[-1]
+    s0, s1, x0, x1 = steps[k - 1], steps[k], xs[k - 1], xs[k]
+    if x0 is None or x1 is None:
+        return x1 if x0 is None else x0
+    return x0 + (x1 - x0) * (step - s0) / (s1 - s0)
+
+
+def heatmap_figure(run: Run, m: LayerMatrix, xs: Sequence[float | None], x: XAxis) -> dict[str, Any]:
+    """Layer x step heatmap (each cell the layer's max over the bucket); non-finite cells marked red."""
+    z: list[list[float | None]] = []
+    nf_x: list[float | None] = []
+    nf_y: list[int] = []
+    nf_text: list[str] = []
+    for layer, row in zip(m.layers, m.values, strict=True):
+        z.append([v if v is not None and math.isfinite(v) else None for v in row])
+        for xv, v in zip(xs, row, strict=True):
+            if v is not None and not math.isfinite(v):
+                nf_x.append(xv)
+                nf_y.append(layer)
+                nf_text.append(wire(v))
+    data: list[dict[str, Any]] = [
+        {
+            "type": "heatmap",
+            "x": list(xs),
+            "y": list(m.layers),
+            "z": z,
+            "colorscale": "Viridis",
+            "colorbar": {"title": {"text": esc(m.name)}, "thickness": 12},
+            "hovertemplate": "layer %{y}<br>%{x}<br>max %{z:.5g}<extra></extra>",
+            "name": esc(m.name),
+        }
+    ]
+    if nf_x:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "x": nf_x,
+                "y": nf_y,
+                "text": nf_text,
+                "name": "non-finite",
+                "hovertemplate": "layer %{y}<br>%{text} at %{x}<extra></extra>",
+                "marker": {"color": NONFINITE_COLOUR, "symbol": "x", "size": 9},
+                "meta": {"nonfinite": True},
+            }
+        )
+    layout = base_layout(f"{esc(m.name)} per layer (max per bucket of {m.bucket_width} steps)", X_TITLES[x], "layer", 300)
+    layout.pop("yaxis2")
+    layout["yaxis"] = {"title": {"text": "layer"}, "dtick": 1 if len(m.layers) <= 24 else None}
+    return {"data": data, "layout": layout, "meta": {"name": m.name, "layers": list(m.layers)}}

@@ -1,0 +1,113 @@
+"""HTML shells of the pages. They hold no data and no user string: the page's script fetches JSON
+(``/api/v1`` and ``/ui/data``) and writes user strings with ``textContent`` only, so escaping
+cannot be forgotten in a template. Ids in the path are integers, validated by the router."""
+
+from __future__ import annotations
+
+from html import escape
+
+NAV = (("Runs", "/runs"), ("Alerts", "/alerts"))
+
+
+def _shell(title: str, script: str, body: str, assets: dict[str, str], data: dict[str, str] | None = None) -> str:
+    attrs = "".join(f' data-{k}="{escape(v)}"' for k, v in (data or {}).items())
+    nav = "".join(f'<a href="{href}">{name}</a>' for name, href in NAV)
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)} · HyperWatch</title>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="{assets["style.css"]}">
+<script src="{assets["plotly"]}" defer></script>
+<script src="{assets["common.js"]}" defer></script>
+<script src="{assets[script]}" defer></script>
+</head>
+<body>
+<header><a class="brand" href="/runs">HyperWatch</a><nav>{nav}</nav>
+<form id="token-form" hidden><label>Read token <input id="token-input" type="password" autocomplete="off"></label>
+<button type="submit">Use</button></form></header>
+<main id="page"{attrs}>
+<p id="status" class="status" role="status"></p>
+{body}
+</main>
+</body>
+</html>
+"""
+
+
+def runs_page(assets: dict[str, str]) -> str:
+    body = """<h1>Runs</h1>
+<form id="filters" class="filters">
+<label>Project <input name="project" autocomplete="off"></label>
+<label>Group <input name="group" autocomplete="off"></label>
+<label>Tags <input name="tags" placeholder="tag1 tag2" autocomplete="off"></label>
+<label>Status <select name="status"><option value="">any</option><option>running</option><option>finished</option>
+<option>failed</option><option>crashed</option></select></label>
+<label>Depth ≥ <input name="min_depth" type="number" min="1" step="1"></label>
+<label>Depth ≤ <input name="max_depth" type="number" min="1" step="1"></label>
+<label>Params ≥ <input name="min_params" placeholder="e.g. 100M" autocomplete="off"></label>
+<button type="submit">Filter</button>
+<label class="inline"><input type="checkbox" name="live" checked> live</label>
+</form>
+<table id="runs-table" class="grid"><thead><tr>
+<th data-key="name">Run</th><th data-key="project">Project</th><th data-key="group">Group</th>
+<th data-key="status">Status</th><th data-key="depth">Depth</th><th data-key="total_params">Params</th>
+<th data-key="tokens">Tokens</th><th data-key="last_step">Last step</th><th data-key="alerts">Alerts</th>
+<th data-key="tags">Tags</th><th data-key="updated_at">Updated</th></tr></thead><tbody></tbody></table>
+<h2>Groups</h2><ul id="groups-list" class="links"></ul>"""
+    return _shell("Runs", "runs.js", body, assets)
+
+
+def run_page(assets: dict[str, str], run_id: int) -> str:
+    body = """<h1 id="run-title">Run</h1>
+<div id="run-meta" class="meta"></div>
+<div class="controls">
+<label>x-axis <select id="x-axis"><option value="step">step</option><option value="tokens">tokens</option></select></label>
+<label class="inline"><input type="checkbox" id="log-y"> log y</label>
+<label class="inline"><input type="checkbox" id="ema"> EMA smoothing</label>
+</div>
+<div id="figures"></div>
+<details id="config-box"><summary>Config</summary><table id="config" class="grid kv"></table></details>"""
+    return _shell("Run", "run.js", body, assets, {"run-id": str(run_id)})
+
+
+def group_page(assets: dict[str, str], group_id: int) -> str:
+    body = """<h1 id="group-title">Scale comparison</h1>
+<p class="sub"><a id="sweeps-link" href="#">Sweeps and scaling laws →</a></p>
+<div class="controls">
+<label>x-axis <select id="x-axis"><option value="step">step</option><option value="tokens">tokens</option>
+<option value="flops">FLOPs</option><option value="fraction">fraction of training</option></select></label>
+<label>layers <select id="agg"><option value="mean">mean over layers</option><option value="max">max over layers</option>
+</select></label>
+<label class="inline"><input type="checkbox" id="log-y"> log y</label>
+<label class="inline"><input type="checkbox" id="ema"> EMA smoothing</label>
+</div>
+<div id="legend" class="legend" aria-label="runs: click to hide or show"></div>
+<div id="rows"></div>
+<h2>Runs in this group</h2><ul id="group-runs" class="links"></ul>"""
+    return _shell("Scale comparison", "group.js", body, assets, {"group-id": str(group_id)})
+
+
+def sweeps_page(assets: dict[str, str], group_id: int) -> str:
+    body = """<h1 id="group-title">Sweeps</h1>
+<p class="sub"><a id="compare-link" href="#">← Scale comparison</a></p>
+<div class="controls"><label>baseline <select id="baseline"><option value="">none</option></select></label></div>
+<ul id="notes" class="notes"></ul>
+<div id="figures" class="two"></div>"""
+    return _shell("Sweeps", "sweeps.js", body, assets, {"group-id": str(group_id)})
+
+
+def alerts_page(assets: dict[str, str]) -> str:
+    body = """<h1>Alerts</h1>
+<form id="filters" class="filters">
+<label>Run id <input name="run_id" type="number" min="1" step="1"></label>
+<label>Kind <select name="rule"><option value="">any</option><option>z_spike</option><option>nan_loss</option>
+<option>nonfinite_value</option><option>max_vio_collapse</option></select></label>
+<label>Project <input name="project" autocomplete="off"></label>
+<button type="submit">Filter</button></form>
+<div id="timeline" class="fig"></div>
+<table id="alerts-table" class="grid"><thead><tr><th>Raised</th><th>Run</th><th>Kind</th><th>Severity</th>
+<th>Indicator</th><th>Step</th><th>Value</th><th>Message</th></tr></thead><tbody></tbody></table>"""
+    return _shell("Alerts", "alerts.js", body, assets)

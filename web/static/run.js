@@ -1,0 +1,106 @@
+/* Run page: every indicator vs step or tokens (mean and max over layers), per-layer heatmaps,
+   loss and LR, alerts as diamonds, the config. ?name=...&step=... marks one point (alert links). */
+"use strict";
+
+(() => {
+  const runId = HW.pageData("runId");
+  const figures = document.getElementById("figures");
+  const xSel = document.getElementById("x-axis");
+  const controls = HW.wireControls(figures);
+  const query = new URLSearchParams(location.search);
+  const focus = { name: query.get("name"), step: query.get("step") };
+  const gl = query.get("gl") === "1";
+  const FIRST = ["loss", "lr", "attention_z", "router_z", "attention_rms", "mlp_rms", "attention_outlier_ratio",
+    "mlp_outlier_ratio", "max_vio", "grad_norm"];
+  let names = [];
+  let generation = 0;
+
+  function order(all) {
+    const rest = all.filter((n) => !FIRST.includes(n) && n !== "val_loss" && n !== "tokens").sort();
+    return FIRST.filter((n) => all.includes(n)).concat(rest);
+  }
+
+  function meta(run) {
+    const box = document.getElementById("run-meta");
+    const items = [["status", run.status], ["project", run.project], ["group", run.group],
+      ["depth", run.depth], ["width", run.width], ["params", HW.fmtCount(run.total_params)],
+      ["active params", HW.fmtCount(run.active_params)], ["tokens", HW.fmtCount(run.tokens)],
+      ["FLOPs", run.flops ? run.flops.toExponential(2) : null], ["lr", run.lr], ["optimizer", run.optimizer],
+      ["parameterization", run.parameterization], ["last step", run.last_step], ["tags", (run.tags || []).join(" ")]];
+    box.replaceChildren(...items.filter(([, v]) => v !== null && v !== undefined && v !== "")
+      .map(([k, v]) => HW.el("span", { class: "kv" }, HW.el("b", { text: k }), " ", String(v))));
+    if (run.group_id) {
+      box.append(HW.el("a", { href: `/groups/${run.group_id}`, text: "compare across scales →" }));
+    }
+    const table = document.getElementById("config");
+    const rows = [];
+    (function walk(prefix, obj) {
+      for (const [k, v] of Object.entries(obj || {})) {
+        const key = prefix ? `${prefix}.${k}` : k;
+        if (v && typeof v === "object" && !Array.isArray(v)) walk(key, v);
+        else rows.push(HW.el("tr", {}, HW.el("td", { text: key }), HW.el("td", { text: JSON.stringify(v) })));
+      }
+    })("", run.config);
+    table.replaceChildren(...rows);
+  }
+
+  function section(name) {
+    const s = HW.el("section", { class: "run-row", id: "row-" + name },
+      HW.el("div", { class: "fig line", id: "fig-" + name }),
+      HW.el("div", { class: "fig heat", id: "heat-" + name }));
+    figures.append(s);
+    return s;
+  }
+
+  function markFocus(div, name) {
+    if (!focus.step || focus.name !== name || xSel.value !== "step") return Promise.resolve();
+    const x = Number(focus.step);
+    return Plotly.relayout(div, { shapes: [{ type: "line", x0: x, x1: x, yref: "paper", y0: 0, y1: 1,
+      line: { color: "#d62728", width: 2, dash: "dot" } }] });
+  }
+
+  async function drawOne(name, gen) {
+    const line = document.getElementById("fig-" + name);
+    const heat = document.getElementById("heat-" + name);
+    HW.begin();
+    try {
+      const body = await HW.api(`/ui/data/runs/${runId}/indicator`,
+        { name, x: xSel.value, buckets: Math.max(100, Math.round((line.clientWidth || 800) / 1.5)), gl: gl ? "true" : "" });
+      if (gen !== generation) return;
+      if (!body.heatmap) { heat.hidden = true; line.parentElement.classList.add("single"); }
+      await HW.plot(line, body.line);
+      await controls.apply(line);
+      await markFocus(line, name);
+      if (body.heatmap) await HW.plot(heat, body.heatmap);
+      if (focus.name === name) line.scrollIntoView();
+    } catch (err) {
+      HW.fail(err);
+    } finally {
+      HW.end();
+    }
+  }
+
+  async function drawAll() {
+    const gen = ++generation;
+    HW.begin();
+    try { await Promise.all(names.map((n) => drawOne(n, gen))); } finally { HW.end(); }
+  }
+
+  async function load() {
+    const [run, index] = await Promise.all([HW.api(`/api/v1/runs/${runId}`), HW.api(`/api/v1/runs/${runId}/series_index`)]);
+    document.getElementById("run-title").textContent = `${run.project}/${run.name}`;
+    document.title = `${run.name} · HyperWatch`;
+    meta(run);
+    names = order(Array.from(new Set(index.map((s) => s.name))));
+    if (!names.length) HW.status("This run has no points yet.");
+    names.forEach(section);
+    await drawAll();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    if (query.get("x") === "tokens") xSel.value = "tokens";
+    HW.begin();
+    load().catch(HW.fail).finally(HW.end);
+    xSel.addEventListener("change", () => drawAll().catch(HW.fail));
+  });
+})();

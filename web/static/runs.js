@@ -1,0 +1,103 @@
+/* Runs page: filters (project, group, tags, status, depth, params), sortable columns, live status
+   (refreshed every 10 s while "live" is ticked), alert badges, links to groups. */
+"use strict";
+
+(() => {
+  const form = document.getElementById("filters");
+  const tbody = document.querySelector("#runs-table tbody");
+  let runs = [];
+  let alertCounts = {};
+  let sortKey = "updated_at";
+  let sortDir = -1;
+  let timer = null;
+
+  function filters() {
+    const f = new FormData(form);
+    return {
+      project: f.get("project").trim(), group: f.get("group").trim(), status: f.get("status"),
+      tag: f.get("tags").split(/\s+/).filter(Boolean),
+      minDepth: f.get("min_depth") ? Number(f.get("min_depth")) : null,
+      maxDepth: f.get("max_depth") ? Number(f.get("max_depth")) : null,
+      minParams: HW.parseCount(f.get("min_params")),
+      live: f.get("live") === "on",
+    };
+  }
+
+  function value(r, key) {
+    if (key === "alerts") return alertCounts[r.id] || 0;
+    if (key === "tags") return (r.tags || []).join(" ");
+    return r[key];
+  }
+
+  function render() {
+    const f = filters();
+    const shown = runs.filter((r) => (f.minDepth === null || (r.depth || 0) >= f.minDepth)
+      && (f.maxDepth === null || (r.depth !== null && r.depth <= f.maxDepth))
+      && (f.minParams === null || (r.total_params || 0) >= f.minParams));
+    shown.sort((a, b) => {
+      const x = value(a, sortKey), y = value(b, sortKey);
+      if (x === y) return 0;
+      if (x === null || x === undefined) return 1;
+      if (y === null || y === undefined) return -1;
+      return (x < y ? -1 : 1) * sortDir;
+    });
+    tbody.replaceChildren(...shown.map((r) => {
+      const n = alertCounts[r.id] || 0;
+      return HW.el("tr", { "data-run-id": r.id },
+        HW.el("td", {}, HW.el("a", { href: `/runs/${r.id}`, class: "run-name", text: r.name })),
+        HW.el("td", { text: r.project }),
+        HW.el("td", {}, r.group_id ? HW.el("a", { href: `/groups/${r.group_id}`, text: r.group }) : ""),
+        HW.el("td", {}, HW.el("span", { class: `badge status-${r.status}`, text: r.status })),
+        HW.el("td", { class: "num", text: r.depth ?? "" }),
+        HW.el("td", { class: "num", text: HW.fmtCount(r.total_params) }),
+        HW.el("td", { class: "num", text: HW.fmtCount(r.tokens) }),
+        HW.el("td", { class: "num", text: r.last_step ?? "" }),
+        HW.el("td", {}, n ? HW.el("a", { href: `/alerts?run_id=${r.id}`, class: "badge alert", text: String(n) }) : ""),
+        HW.el("td", { class: "tags" }, ...(r.tags || []).map((t) => HW.el("span", { class: "tag", text: t }))),
+        HW.el("td", { text: (r.updated_at || "").replace("T", " ").slice(0, 19) }));
+    }));
+    HW.status(`${shown.length} of ${runs.length} runs`);
+  }
+
+  async function load() {
+    const f = filters();
+    const [found, alerts] = await Promise.all([
+      HW.api("/api/v1/runs", { project: f.project, group: f.group, status: f.status, tag: f.tag, limit: 1000 }),
+      HW.api("/api/v1/alerts", { project: f.project, limit: 1000 }),
+    ]);
+    runs = found;
+    alertCounts = {};
+    for (const a of alerts) alertCounts[a.run_id] = (alertCounts[a.run_id] || 0) + 1;
+    render();
+  }
+
+  async function groups() {
+    const gs = await HW.api("/api/v1/groups");
+    document.getElementById("groups-list").replaceChildren(...gs.map((g) => HW.el("li", {},
+      HW.el("a", { href: `/groups/${g.id}`, text: `${g.project}/${g.name}` }), " · ",
+      HW.el("a", { href: `/groups/${g.id}/sweeps`, text: "sweeps" }))));
+  }
+
+  function schedule() {
+    clearInterval(timer);
+    if (filters().live) timer = setInterval(() => load().catch(HW.fail), 10000);
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const q = new URLSearchParams(location.search);
+    for (const k of ["project", "group", "tags", "status"]) if (q.get(k)) form.elements[k].value = q.get(k);
+    document.querySelectorAll("#runs-table th[data-key]").forEach((th) => th.addEventListener("click", () => {
+      const key = th.dataset.key;
+      sortDir = key === sortKey ? -sortDir : 1;
+      sortKey = key;
+      document.querySelectorAll("#runs-table th").forEach((h) => h.removeAttribute("aria-sort"));
+      th.setAttribute("aria-sort", sortDir > 0 ? "ascending" : "descending");
+      render();
+    }));
+    form.addEventListener("submit", (ev) => { ev.preventDefault(); load().catch(HW.fail); schedule(); });
+    form.elements.live.addEventListener("change", schedule);
+    HW.begin();
+    Promise.all([load(), groups()]).catch(HW.fail).finally(HW.end);
+    schedule();
+  });
+})();
