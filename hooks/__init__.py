@@ -34,7 +34,23 @@ _EXPORTS = {
     "SinkError": "hooks.sinks",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "METRICS",
+    "AdapterError",
+    "Batch",
+    "FanOut",
+    "HttpSink",
+    "JsonlSink",
+    "MemorySink",
+    "Monitor",
+    "Point",
+    "RunInfo",
+    "SchemaError",
+    "Sink",
+    "SinkError",
+    "attach",
+    "make_sink",
+]
 
 if TYPE_CHECKING:
     from hooks.adapters import AdapterError

@@ -108,7 +108,9 @@ def report(sweep: Sweep, runs: list[SweepRun]) -> None:
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Service on SQLite + a small cross-scale sweep streaming into it.")
+    p = argparse.ArgumentParser(
+        prog=prog, description="Service on SQLite and a sweep streaming into it."
+    )
     p.add_argument("--fast", action="store_true", help="a short version for tests (also HYPERWATCH_DEMO_FAST=1)")
     p.add_argument("--out", default="runs/demo", help="folder for the database, checkpoints and logs")
     p.add_argument("--host", default="127.0.0.1", help="address the service binds to (localhost by default)")

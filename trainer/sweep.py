@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.config import SECTIONS, ConfigError, parse_scalar, build_config
+from trainer.config import SECTIONS, ConfigError, build_config, parse_scalar
 
 log = logging.getLogger(__name__)
 
