@@ -44,8 +44,16 @@ from web.data import COMPARE_INDICATORS  # noqa: E402
 TARGET_S = 1.5
 TOKEN = "bench-dashboard-token-0123456789"
 DEPTHS = (6, 8, 10, 12, 14, 16, 18, 20)
-LEVEL = {"attention_z": 60.0, "router_z": 30.0, "attention_rms": 0.8, "mlp_rms": 0.9,
-         "attention_outlier_ratio": 0.01, "mlp_outlier_ratio": 0.02, "max_vio": 0.5, "loss": 3.0}
+LEVEL = {
+    "attention_z": 60.0,
+    "router_z": 30.0,
+    "attention_rms": 0.8,
+    "mlp_rms": 0.9,
+    "attention_outlier_ratio": 0.01,
+    "mlp_outlier_ratio": 0.02,
+    "max_vio": 0.5,
+    "loss": 3.0,
+}
 
 
 def _free_port() -> int:
@@ -58,8 +66,15 @@ def seed(store: SqlStore, steps: int, layers: int, batch: int = 50_000) -> int:
     """8 runs of the group "bench" with every indicator at every step; returns the group id."""
     for depth in DEPTHS:
         params = 12 * (128 * depth) ** 2 * depth
-        fields = {"group": "bench", "depth": depth, "total_params": params, "tokens": steps * 4096 * depth,
-                  "total_steps": steps, "flops": 6.0 * params * steps * 4096 * depth, "status": "finished"}
+        fields = {
+            "group": "bench",
+            "depth": depth,
+            "total_params": params,
+            "tokens": steps * 4096 * depth,
+            "total_steps": steps,
+            "flops": 6.0 * params * steps * 4096 * depth,
+            "status": "finished",
+        }
         run, _ = store.upsert_run("bench", f"d{depth}", fields)
         pts: list[Point] = []
         t0 = time.perf_counter()
@@ -107,9 +122,12 @@ def page_loads(base: str, group_id: int, repeats: int, gl: bool) -> tuple[float,
             driver.get(url)
             wait_ready(driver, 120)
             times.append(float(driver.execute_script("return window.hwReadyAt")) / 1000.0)
-            traces = int(driver.execute_script(
-                "return Array.from(document.querySelectorAll('.fig.line')).reduce((n, d) => n + (d.data || []).length, 0)"
-            ))
+            traces = int(
+                driver.execute_script(
+                    "return Array.from(document.querySelectorAll('.fig.line'))"
+                    ".reduce((n, d) => n + (d.data || []).length, 0)"
+                )
+            )
     return times[0], times[1:], traces
 
 

@@ -4,7 +4,9 @@ DIR is a run folder (with ``run.json``) or a folder of them: the JSONL sink's ou
 HTTP sink's spool left by a service outage or a crashed training process. For each run: create
 it (POST /api/v1/runs), post its batches (``batches.jsonl`` lines and ``pending/*.json`` files,
 several merged per request under a key derived from theirs, so a replay is idempotent), then set
-its final status. Spool files are deleted once acknowledged; JSONL files are kept.
+its final status. Spool files are deleted once acknowledged; JSONL files are kept. A group a
+crashed sender was posting (``inflight.json``) is resent first, as that same group under its same
+key, so the service stores it once even if it had stored it before the crash.
 """
 
 from __future__ import annotations
@@ -13,19 +15,23 @@ import argparse
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from hooks.schema import Batch, SchemaError
 from hooks.sinks import client
 from hooks.sinks.base import RunInfo, SinkError
 from hooks.sinks.folder import (
+    DROPPED_FILE,
     JSONL_FILE,
     RUN_FILE,
     STATUS_FILE,
+    clear_inflight,
     find_run_folders,
     iter_jsonl,
     merge,
     pending_files,
     read_json,
+    recover_inflight,
 )
 
 
@@ -42,6 +48,17 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--retries", type=int, default=8, help="attempts per request before giving up (default 8)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
     return p
+
+
+def _read_object(path: Path) -> dict[str, Any]:
+    """A JSON object from a spool file, or an UploadError naming the file."""
+    try:
+        obj = read_json(path)
+    except (OSError, ValueError) as exc:
+        raise UploadError(f"{path}: not readable JSON ({exc}); fix or remove the file") from exc
+    if not isinstance(obj, dict):
+        raise UploadError(f"{path}: must hold a JSON object, not {type(obj).__name__}; fix or remove the file")
+    return obj
 
 
 class Uploader:
@@ -74,25 +91,26 @@ class Uploader:
 
     def upload(self, folder: Path) -> int:
         """Upload one run folder; returns the number of points sent."""
-        try:
-            run = RunInfo.from_json(read_json(folder / RUN_FILE), str(folder / RUN_FILE))
-        except (OSError, ValueError) as exc:
-            raise UploadError(f"{folder / RUN_FILE}: {exc}") from exc
+        run = RunInfo.from_json(_read_object(folder / RUN_FILE), str(folder / RUN_FILE))
         resp = self._call("POST", "/api/v1/runs", run.to_json())
         self._check(resp, f"creating run {run.name!r}")
         body = resp.body if isinstance(resp.body, dict) else {}
         run_id = str(body.get("id", run.name))
         sent = 0
+        inflight = recover_inflight(folder)
+        if inflight:
+            sent += self._post([self._read_spooled(p) for p in inflight], inflight)
+            clear_inflight(folder)
         group: list[Batch] = []
         files: list[Path] = []
         sources: list[tuple[Batch, Path | None]] = []
         if (folder / JSONL_FILE).is_file():
-            sources += [(b, None) for b in iter_jsonl(folder / JSONL_FILE)]
-        for spooled in pending_files(folder):
             try:
-                sources.append((Batch.from_json(read_json(spooled)), spooled))
-            except (OSError, ValueError, SchemaError) as exc:
-                raise UploadError(f"{spooled}: {exc}; fix or remove the file") from exc
+                sources += [(b, None) for b in iter_jsonl(folder / JSONL_FILE)]
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UploadError(f"{folder / JSONL_FILE}: not readable UTF-8 JSONL ({exc}); fix the file") from exc
+        for spooled in pending_files(folder):
+            sources.append((self._read_spooled(spooled), spooled))
         for batch, path in sources:
             if batch.run != run.name:
                 raise UploadError(f"{path or folder / JSONL_FILE}: batch of run {batch.run!r} in {run.name!r}'s folder")
@@ -106,7 +124,9 @@ class Uploader:
             sent += self._post(group, files)
         status = None
         if (folder / STATUS_FILE).is_file():
-            status = read_json(folder / STATUS_FILE).get("status")
+            status = _read_object(folder / STATUS_FILE).get("status")
+            if status is not None and not isinstance(status, str):
+                raise UploadError(f"{folder / STATUS_FILE}: 'status' must be a string; fix or remove the file")
         elif run.fields.get("status") not in (None, "running"):
             status = run.fields["status"]
         if status:
@@ -114,6 +134,13 @@ class Uploader:
             self._check(resp, f"setting run {run.name!r} status")
             (folder / STATUS_FILE).unlink(missing_ok=True)
         return sent
+
+    @staticmethod
+    def _read_spooled(path: Path) -> Batch:
+        try:
+            return Batch.from_json(read_json(path))
+        except (OSError, ValueError, SchemaError) as exc:
+            raise UploadError(f"{path}: {exc}; fix or remove the file") from exc
 
     def _post(self, group: list[Batch], files: list[Path]) -> int:
         batch = merge(group)
@@ -144,6 +171,12 @@ def run(args: argparse.Namespace) -> int:
         try:
             n = uploader.upload(folder)
             print(f"{folder.name}: {n} points uploaded")
+            if (folder / DROPPED_FILE).is_file():
+                dropped = _read_object(folder / DROPPED_FILE)
+                print(
+                    f"{folder.name}: note: {dropped.get('points')} points (steps {dropped.get('steps')}) were "
+                    f"dropped by the training process while its spool was full; see {folder / DROPPED_FILE}"
+                )
         except (UploadError, SinkError, SchemaError) as exc:
             failed += 1
             print(f"{folder.name}: FAILED: {exc}")

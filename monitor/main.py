@@ -23,6 +23,7 @@ from web.router import router as web_router
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
+DEFAULT_RETRY_AFTER_S = 30
 
 
 def create_app(settings: Settings, store: Store | None = None, registry: CollectorRegistry | None = None) -> FastAPI:
@@ -50,7 +51,19 @@ def create_app(settings: Settings, store: Store | None = None, registry: Collect
 
     @app.exception_handler(MonitorError)
     async def _domain_error(_request: Request, exc: MonitorError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=exc.status_code)
+        headers = None
+        if exc.status_code == 503:  # the database: the client should come back, and says when
+            headers = {"Retry-After": str(getattr(exc, "retry_after", DEFAULT_RETRY_AFTER_S))}
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # The traceback goes to the service log (Starlette re-raises after this reply), never to the client.
+        log.error("unexpected %s on %s %s", type(exc).__name__, request.method, request.url.path)
+        return JSONResponse(
+            {"detail": "internal error in the monitoring service; the service log has the details"},
+            status_code=500,
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:

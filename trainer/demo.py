@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"hyperwatch demo: {exc}", file=sys.stderr)
         return 2
     if fast:
-        sweep.base.setdefault("train", {}).update(tokens=65536, eval_every=4)
+        sweep.base.setdefault("train", {}).update(tokens=32768, eval_every=2, eval_batches=4)
         sweep.base.setdefault("data", {}).update(max_bytes=1_000_000)
         sweep.name += "-fast"
         for r in sweep.runs:

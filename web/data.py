@@ -141,11 +141,13 @@ def group_sweeps(
     baseline: Annotated[str | None, Query(max_length=64)] = None,
 ) -> dict[str, Any]:
     """Every figure of the sweeps page (LR sweeps, transfer laws, scaling laws and leverage)."""
-    group, runs = group_runs(store, group_id)
+    _, runs = group_runs(store, group_id)
     records, skipped = group_records(store, runs)
     methods = sorted({r["method"] or "default" for r in records if r["flops"] is not None})
     if baseline is not None and baseline not in methods:
-        raise InvalidInputError(f"baseline: {baseline!r} is not a method with FLOPs in this group; choose one of {methods}")
+        raise InvalidInputError(
+            f"baseline: {baseline!r} is not a method with FLOPs in this group; choose one of {methods}"
+        )
     if not records:
         return {"figures": {}, "notes": ["no run of this group has a final val_loss yet"], "methods": [], "skipped": []}
     try:
@@ -181,7 +183,9 @@ def run_indicator(
     else:
         lines.append((name, aggregate_series(store, run, name, "mean", buckets, latest, tmap), "#1f77b4"))
         if name == "loss" and any(s.name == "val_loss" and s.layer is None for s in latest):
-            lines.append(("val_loss", aggregate_series(store, run, "val_loss", "mean", buckets, latest, tmap), "#2ca02c"))
+            lines.append(
+                ("val_loss", aggregate_series(store, run, "val_loss", "mean", buckets, latest, tmap), "#2ca02c")
+            )
     alerts = [a for a in store.list_alerts(run_id=run.id, limit=settings.max_page_size) if a.name == name]
     try:
         line_fig = run_line_figure(run, name, lines, alerts, x, gl)
@@ -219,10 +223,17 @@ def alerts_timeline(
                 "x": [a.created_at.isoformat() for a in items],
                 "y": [esc(f"{a.project}/{a.run}") for a in items],
                 "name": esc(r),
-                "text": [esc(f"{a.name}{'' if a.layer is None else f' layer {a.layer}'} step {a.step}: {a.message}") for a in items],
+                "text": [
+                    esc(f"{a.name}{'' if a.layer is None else f' layer {a.layer}'} step {a.step}: {a.message}")
+                    for a in items
+                ],
                 "customdata": [[a.run_id, a.step, a.name] for a in items],
                 "hovertemplate": "%{y}<br>%{text}<extra>%{fullData.name}</extra>",
-                "marker": {"symbol": symbols.get(r, "diamond"), "size": 10, "color": [sev.get(a.severity, "#555") for a in items]},
+                "marker": {
+                    "symbol": symbols.get(r, "diamond"),
+                    "size": 10,
+                    "color": [sev.get(a.severity, "#555") for a in items],
+                },
             }
         )
     layout = {

@@ -188,7 +188,13 @@ def stability_figure(name: str, verdict: dict[str, Any] | None, size_of_scale: s
     layout = base_layout(esc(name), esc(size_of_scale), "value", height=340)
     layout["xaxis"]["type"] = "log"
     layout["showlegend"] = True
-    layout["legend"] = {"x": 0.01, "y": 0.01, "xanchor": "left", "yanchor": "bottom", "bgcolor": "rgba(255,255,255,0.7)"}
+    layout["legend"] = {
+        "x": 0.01,
+        "y": 0.01,
+        "xanchor": "left",
+        "yanchor": "bottom",
+        "bgcolor": "rgba(255,255,255,0.7)",
+    }
     if verdict is None:
         layout["title"]["text"] = f"{esc(name)}: no data"
         return {"data": [], "layout": layout, "meta": {"verdict": None}, "config": {"displayModeBar": False}}
@@ -323,7 +329,9 @@ def heatmap_figure(run: Run, m: LayerMatrix, xs: Sequence[float | None], x: XAxi
                 "meta": {"nonfinite": True},
             }
         )
-    layout = base_layout(f"{esc(m.name)} per layer (max per bucket of {m.bucket_width} steps)", X_TITLES[x], "layer", 300)
+    layout = base_layout(
+        f"{esc(m.name)} per layer (max per bucket of {m.bucket_width} steps)", X_TITLES[x], "layer", 300
+    )
     layout.pop("yaxis2")
     layout["yaxis"] = {"title": {"text": "layer"}, "dtick": 1 if len(m.layers) <= 24 else None}
     return {"data": data, "layout": layout, "meta": {"name": m.name, "layers": list(m.layers)}}

@@ -64,7 +64,8 @@ def run_page(assets: dict[str, str], run_id: int) -> str:
     body = """<h1 id="run-title">Run</h1>
 <div id="run-meta" class="meta"></div>
 <div class="controls">
-<label>x-axis <select id="x-axis"><option value="step">step</option><option value="tokens">tokens</option></select></label>
+<label>x-axis <select id="x-axis"><option value="step">step</option>
+<option value="tokens">tokens</option></select></label>
 <label class="inline"><input type="checkbox" id="log-y"> log y</label>
 <label class="inline"><input type="checkbox" id="ema"> EMA smoothing</label>
 </div>
@@ -79,8 +80,8 @@ def group_page(assets: dict[str, str], group_id: int) -> str:
 <div class="controls">
 <label>x-axis <select id="x-axis"><option value="step">step</option><option value="tokens">tokens</option>
 <option value="flops">FLOPs</option><option value="fraction">fraction of training</option></select></label>
-<label>layers <select id="agg"><option value="mean">mean over layers</option><option value="max">max over layers</option>
-</select></label>
+<label>layers <select id="agg"><option value="mean">mean over layers</option>
+<option value="max">max over layers</option></select></label>
 <label class="inline"><input type="checkbox" id="log-y"> log y</label>
 <label class="inline"><input type="checkbox" id="ema"> EMA smoothing</label>
 </div>

@@ -16,6 +16,7 @@ import hashlib
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
@@ -59,7 +60,7 @@ class Asset:
 class Assets:
     """Static files read once, addressed by name with a content hash in the URL."""
 
-    TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+    TYPES: ClassVar[dict[str, str]] = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 
     def __init__(self) -> None:
         self.files: dict[str, Asset] = {}

@@ -242,7 +242,9 @@ def leverage_curve(method: ScalingLawFit, baseline: ScalingLawFit, grid: Sequenc
     return out
 
 
-def _leverage_figure(scaling: ScalingComparison, colour_of: Mapping[str, str], flops: Sequence[float]) -> dict[str, Any]:
+def _leverage_figure(
+    scaling: ScalingComparison, colour_of: Mapping[str, str], flops: Sequence[float]
+) -> dict[str, Any]:
     assert scaling.baseline is not None
     base = scaling.fits[scaling.baseline]
     data: list[dict[str, Any]] = []

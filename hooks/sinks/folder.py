@@ -7,6 +7,15 @@ One folder per run, named after the run::
     <root>/<run>/pending/*.json    HTTP spool: one batch per file, deleted once acknowledged
     <root>/<run>/status.json       HTTP spool: a final status not yet acknowledged
     <root>/<run>/rejected/*.json   HTTP spool: batches the service refused as invalid (kept)
+    <root>/<run>/inflight.json     HTTP spool: the pending files of the request being sent (see below)
+    <root>/<run>/dropped.json      HTTP spool: points dropped while the spool was full (counts)
+
+Exactly once across a crash of the sender: before posting a group of pending files under one
+idempotency key, their names are written to ``inflight.json``; the files are deleted only after
+the service acknowledged, and the manifest after them. So the next reader (a new sink on the
+spool, or ``hyperwatch upload``) finding a manifest knows: all its files present -> resend exactly
+that group (same key: the service stores it once even if it had already stored it); some missing
+-> the service acknowledged it, the rest are deleted unsent.
 
 Files are written to a temporary name and renamed, so a crash leaves either the old or the new
 file, never half of one. A JSONL line cut by a crash is skipped with a warning when read.
@@ -31,6 +40,8 @@ JSONL_FILE = "batches.jsonl"
 PENDING_DIR = "pending"
 REJECTED_DIR = "rejected"
 STATUS_FILE = "status.json"
+INFLIGHT_FILE = "inflight.json"
+DROPPED_FILE = "dropped.json"
 
 
 def write_json_atomic(path: Path, obj: Any, fsync: bool = False) -> None:
@@ -93,3 +104,42 @@ def merge(batches: list[Batch]) -> Batch:
     digest = hashlib.sha256("+".join(b.batch_id for b in batches).encode()).hexdigest()[:32]
     points: list[Point] = [p for b in batches for p in b.points]
     return Batch(run=batches[0].run, points=points, batch_id=f"m{digest}")
+
+
+def write_inflight(folder: Path, files: list[Path]) -> None:
+    """Record the group about to be posted (see the module docstring); fsynced: it guards a resend."""
+    write_json_atomic(folder / INFLIGHT_FILE, {"files": [p.name for p in files]}, fsync=True)
+
+
+def clear_inflight(folder: Path) -> None:
+    (folder / INFLIGHT_FILE).unlink(missing_ok=True)
+
+
+def recover_inflight(folder: Path) -> list[Path]:
+    """The group a crashed sender was posting, to resend first; [] when there is none.
+
+    A manifest whose files are partly gone was acknowledged (files are deleted only after a 2xx):
+    its remaining files are deleted. An unreadable manifest is ignored (logged): at worst the
+    group is resent under a new key and the service's (run, name, layer, step) key keeps it once.
+    """
+    path = folder / INFLIGHT_FILE
+    if not path.is_file():
+        return []
+    try:
+        names = read_json(path)["files"]
+        if not isinstance(names, list) or not all(isinstance(n, str) and "/" not in n for n in names):
+            raise ValueError("'files' must be a list of file names")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("%s: unreadable (%s); ignored", path, exc)
+        clear_inflight(folder)
+        return []
+    files = [folder / PENDING_DIR / n for n in names]
+    present = [p for p in files if p.is_file()]
+    if present and len(present) < len(files):
+        log.info("%s: the service acknowledged this group before the crash; %d files removed", path, len(present))
+        for p in present:
+            p.unlink(missing_ok=True)
+        present = []
+    if not present:
+        clear_inflight(folder)
+    return present

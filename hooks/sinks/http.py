@@ -14,32 +14,70 @@ Losing nothing:
 - If the process dies, the spool stays: the next ``HttpSink`` on the same spool and run resends
   it, or ``hyperwatch upload <spool> --server URL`` replays it.
 - The final status (``finish``) is spooled too and PATCHed after the last batch.
+- A crash between the service's acknowledgement and the deletion of the files does not duplicate
+  anything: the group being posted is named in ``inflight.json`` first (see :mod:`folder`), and
+  the next sender resends exactly that group under the same key, or knows it was acknowledged.
+
+The spool is bounded: ``max_spool_bytes`` (default ``$HYPERWATCH_SPOOL_MAX_BYTES``, else 1 GiB)
+caps the bytes of ``pending/`` for the run. Policy when full: **keep the oldest, drop the newest,
+never block training.** A batch that does not fit is not written; its points are counted
+(``dropped_points``, ``dropped_batches``, also in ``<spool>/<run>/dropped.json`` so a later upload
+sees them), an ERROR is logged at the first drop and then at most once a minute with the totals,
+and the first and last dropped steps are recorded, so the gap in the run is known exactly. As soon
+as the sender has delivered enough to make room, batches are spooled again and a WARNING states the
+total lost. A batch that cannot be written at all (disk full, permissions) is counted the same way.
+Why the newest: what came before the outage is what explains it; blocking instead would stall
+training on a monitoring problem, and an unbounded spool would fill the training job's disk.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
 import threading
+import time
 from pathlib import Path
 
 from hooks.schema import Batch, SchemaError
 from hooks.sinks import client
 from hooks.sinks.base import RunInfo, Sink, SinkError
 from hooks.sinks.folder import (
+    DROPPED_FILE,
     PENDING_DIR,
     REJECTED_DIR,
     RUN_FILE,
     STATUS_FILE,
+    clear_inflight,
     merge,
     pending_files,
     read_json,
+    recover_inflight,
     run_folder,
+    write_inflight,
     write_json_atomic,
 )
 
 log = logging.getLogger(__name__)
+DEFAULT_SPOOL_MAX_BYTES = 1 << 30
+DROP_LOG_INTERVAL_S = 60.0
+
+
+def default_spool_max_bytes() -> int:
+    """``$HYPERWATCH_SPOOL_MAX_BYTES`` (an integer number of bytes), else 1 GiB."""
+    raw = os.environ.get("HYPERWATCH_SPOOL_MAX_BYTES", "").strip()
+    if not raw:
+        return DEFAULT_SPOOL_MAX_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 1:
+        raise SinkError(
+            f"HYPERWATCH_SPOOL_MAX_BYTES={raw!r}: must be a positive integer number of bytes, e.g. 1073741824"
+        )
+    return value
 
 
 def default_spool() -> Path:
@@ -58,6 +96,7 @@ class HttpSink(Sink):
         max_points: int = 20_000,
         backoff: tuple[float, float] = (0.2, 30.0),
         close_timeout: float = 30.0,
+        max_spool_bytes: int | None = None,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise SinkError(f"sink: {url!r} is not an http(s) URL; pass e.g. sink='http://localhost:8000'")
@@ -65,6 +104,18 @@ class HttpSink(Sink):
             raise SinkError(f"backoff: {backoff!r} must be (first, max) seconds with 0 < first <= max")
         if max_points < 1:
             raise SinkError(f"max_points: must be >= 1, got {max_points}")
+        if max_spool_bytes is None:
+            max_spool_bytes = default_spool_max_bytes()
+        if isinstance(max_spool_bytes, bool) or not isinstance(max_spool_bytes, int) or max_spool_bytes < 1:
+            raise SinkError(f"max_spool_bytes: must be a positive integer number of bytes, got {max_spool_bytes!r}")
+        self.max_spool_bytes = max_spool_bytes
+        self.spool_bytes = 0  # bytes in pending/ (what the bound applies to)
+        self.dropped_points = 0
+        self.dropped_batches = 0
+        self.dropped_steps: tuple[int, int] | None = None  # first and last step of what was dropped
+        self._sizes: dict[str, int] = {}  # pending file name -> bytes
+        self._dropping = False
+        self._last_drop_log = 0.0
         self.url = url.rstrip("/")
         self.token = token if token is not None else os.environ.get("HYPERWATCH_TOKEN")
         self.spool = Path(spool) if spool is not None else default_spool()
@@ -97,21 +148,93 @@ class HttpSink(Sink):
         except OSError as exc:
             raise SinkError(f"spool: cannot create {folder}: {exc}; pass a writable spool=... folder") from exc
         write_json_atomic(folder / RUN_FILE, run.to_json())
+        self._inflight = recover_inflight(folder)
         existing = pending_files(folder)
         if existing:
             log.info("hooks: %d batches left in the spool %s by an earlier process; resending", len(existing), folder)
             self._seq = int(existing[-1].name.split("-", 1)[0]) + 1
+        for path in existing:
+            self._sizes[path.name] = path.stat().st_size
+        self.spool_bytes = sum(self._sizes.values())
+        if (folder / DROPPED_FILE).is_file():
+            earlier = read_json(folder / DROPPED_FILE)
+            self.dropped_points = int(earlier.get("points", 0))
+            self.dropped_batches = int(earlier.get("batches", 0))
         self.folder, self.run = folder, run
         self._thread = threading.Thread(target=self._loop, name="hyperwatch-http-sink", daemon=True)
         self._thread.start()
 
     def write(self, batch: Batch) -> None:
+        """Spool the batch (never waits on the network); when the spool is full, drop it and count it."""
         folder = self._require_started()
+        data = json.dumps(batch.to_json(), allow_nan=False, separators=(",", ":"))
+        size = len(data.encode("utf-8"))
         with self._write_lock:
+            if self.spool_bytes + size > self.max_spool_bytes:
+                self._drop(batch, f"the spool {folder} is full ({self.spool_bytes} of {self.max_spool_bytes} bytes)")
+                return
             name = f"{self._seq:012d}-{batch.batch_id}.json"
             self._seq += 1
-        write_json_atomic(folder / PENDING_DIR / name, batch.to_json())
+            self.spool_bytes += size
+            self._sizes[name] = size
+        try:
+            tmp = folder / PENDING_DIR / f".{name}.tmp"
+            tmp.write_text(data, encoding="utf-8")
+            os.replace(tmp, folder / PENDING_DIR / name)
+        except OSError as exc:
+            with self._write_lock:
+                self._forget(name)
+                self._drop(batch, f"cannot write to the spool {folder}: {exc}")
+            return
+        with self._write_lock:
+            if self._dropping:
+                self._dropping = False
+                log.warning(
+                    "hooks: spooling again for run %r; %d points (%d batches, steps %s) were dropped while "
+                    "the spool was full or unwritable",
+                    batch.run,
+                    self.dropped_points,
+                    self.dropped_batches,
+                    self.dropped_steps,
+                )
         self._touch()
+
+    def _drop(self, batch: Batch, why: str) -> None:
+        """Count a batch that was not spooled (caller holds _write_lock); log loudly, never block."""
+        self.dropped_batches += 1
+        self.dropped_points += len(batch.points)
+        steps = [p.step for p in batch.points]
+        if steps:
+            lo, hi = min(steps), max(steps)
+            if self.dropped_steps is not None:
+                lo, hi = min(lo, self.dropped_steps[0]), max(hi, self.dropped_steps[1])
+            self.dropped_steps = (lo, hi)
+        now = time.monotonic()
+        if not self._dropping or now - self._last_drop_log >= DROP_LOG_INTERVAL_S:
+            log.error(
+                "hooks: %s: DROPPING new batches of run %r (%d points in %d batches so far, steps %s); training "
+                "goes on. The service at %s is unreachable or slow (last error: %s); raise max_spool_bytes / "
+                "HYPERWATCH_SPOOL_MAX_BYTES or free the disk to keep more",
+                why,
+                batch.run,
+                self.dropped_points,
+                self.dropped_batches,
+                self.dropped_steps,
+                self.url,
+                self.last_error or "none",
+            )
+            self._last_drop_log = now
+        self._dropping = True
+        if self.folder is not None:
+            record = {"points": self.dropped_points, "batches": self.dropped_batches, "steps": self.dropped_steps}
+            try:
+                write_json_atomic(self.folder / DROPPED_FILE, record)
+            except OSError:
+                log.debug("hooks: cannot record the drop count in %s", self.folder)
+
+    def _forget(self, name: str) -> None:
+        """A pending file left the spool (delivered, rejected or never written): free its bytes."""
+        self.spool_bytes -= self._sizes.pop(name, 0)
 
     def finish(self, status: str) -> None:
         folder = self._require_started()
@@ -260,6 +383,8 @@ class HttpSink(Sink):
         rejected = self.folder / REJECTED_DIR
         rejected.mkdir(exist_ok=True)
         os.replace(path, rejected / path.name)
+        with self._write_lock:
+            self._forget(path.name)
         log.error("hooks: batch %s moved to %s: %s", path.name, rejected, why)
 
     def _send(self, files: list[Path]) -> str:
@@ -272,6 +397,8 @@ class HttpSink(Sink):
         if not batches:
             return "progress"
         batch = merge(batches)
+        folder = self._require_started()
+        write_inflight(folder, chosen)
         resp = client.request(
             "POST",
             client.api(self.url, "/api/v1/points"),
@@ -284,11 +411,16 @@ class HttpSink(Sink):
         if kind == client.DELIVERED:
             for path in chosen:
                 path.unlink(missing_ok=True)
+            clear_inflight(folder)  # after the files: see folder.recover_inflight
+            with self._write_lock:
+                for path in chosen:
+                    self._forget(path.name)
             self._inflight = []
             self.delivered += len(chosen)
             self._single = False
             return self._ok()
         if kind == client.REFUSED:
+            clear_inflight(folder)
             self._inflight = []
             if len(chosen) > 1:
                 self._single = True  # find the one the service refuses

@@ -28,8 +28,10 @@ class Settings(BaseSettings):
         default=DEFAULT_DATABASE_URL,
         description="SQLAlchemy URL: sqlite:///path.db (default) or postgresql+psycopg://user@host/db",
     )
-    write_token: str | None = Field(default=None, description="bearer token required for ingestion and run changes")
-    read_token: str | None = Field(default=None, description="optional bearer token required for reads")
+    write_token: str | None = Field(
+        default=None, repr=False, description="bearer token required for ingestion and run changes"
+    )
+    read_token: str | None = Field(default=None, repr=False, description="optional bearer token required for reads")
     dev_mode: bool = Field(default=False, description="allow a missing or placeholder token (local use only)")
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="allowed CORS origins, comma separated; empty = CORS closed"

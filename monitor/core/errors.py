@@ -28,9 +28,17 @@ class ConflictError(MonitorError):
 
 
 class StoreUnavailableError(MonitorError):
-    """The database failed or cannot be reached; the message says which operation."""
+    """The database failed or cannot be reached; the message says which operation.
+
+    The API answers 503 with ``Retry-After: retry_after`` seconds.
+    """
 
     status_code = 503
+    retry_after = 5
+
+
+class StoreBusyError(StoreUnavailableError):
+    """A write lost a lock race (SQLite busy, PostgreSQL deadlock) even after waiting; retried, then 503."""
 
 
 class SchemaOutOfDateError(MonitorError):

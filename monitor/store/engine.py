@@ -4,41 +4,59 @@ SQLite gets WAL (readers never block the writer), ``synchronous=NORMAL`` (safe w
 busy timeout (concurrent writers wait instead of failing with "database is locked") and foreign
 keys on. PostgreSQL gets a pre-ping pool. :func:`managed` commits or rolls back and turns database
 errors into :class:`~monitor.core.errors.StoreUnavailableError` naming the operation.
+
+Lock contention never reaches a user as "database is locked": a writer first waits under the busy
+timeout; if it still loses (SQLite busy, PostgreSQL deadlock or serialization failure), managed
+raises :class:`~monitor.core.errors.StoreBusyError`, and the write methods wrapped in
+:func:`retry_busy` run their whole transaction again; only after those attempts does the client
+get a 503 with ``Retry-After`` (its sink retries under the same idempotency key). A value that
+cannot be bound (an integer beyond 64 bits) is the request's fault: 422, not an outage.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError, SQLAlchemyError
 
-from monitor.core.errors import MonitorError, StoreUnavailableError
+from monitor.core.errors import InvalidInputError, MonitorError, StoreBusyError, StoreUnavailableError
 
 log = logging.getLogger(__name__)
 BUSY_TIMEOUT_MS = 30_000
+BUSY_ATTEMPTS = 3
+_BUSY_MARKERS = ("database is locked", "database is busy", "deadlock detected", "could not serialize access")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url`` (``sqlite:///file.db`` or ``postgresql+psycopg://...``)."""
+def make_engine(url: str, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Engine:
+    """An engine for ``url`` (``sqlite:///file.db`` or ``postgresql+psycopg://...``).
+
+    ``busy_timeout_ms``: how long a SQLite writer waits for the lock before giving up (tests shorten it).
+    """
+    if busy_timeout_ms < 0:
+        raise ValueError(f"busy_timeout_ms: must be >= 0 milliseconds, got {busy_timeout_ms}")
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False})
-        event.listen(engine, "connect", _sqlite_pragmas)
+        engine = create_engine(url, connect_args={"timeout": busy_timeout_ms / 1000, "check_same_thread": False})
+        event.listen(engine, "connect", functools.partial(_sqlite_pragmas, busy_timeout_ms=busy_timeout_ms))
         event.listen(engine, "begin", _sqlite_begin)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=8)
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
     dbapi_conn.isolation_level = None  # the driver's own implicit BEGIN off: _sqlite_begin emits it
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
 
@@ -72,12 +90,45 @@ def managed(engine: Engine, operation: str, write: bool = False) -> Iterator[Con
                 yield conn
     except MonitorError:
         raise
+    except (OverflowError, DataError) as exc:
+        # A bound value the database cannot hold (sqlite3 raises OverflowError, PostgreSQL a DataError).
+        log.info("input the database cannot store during %s: %s", operation, exc)
+        raise InvalidInputError(
+            f"a number in the request does not fit the database while trying to {operation} "
+            "(integers are 64-bit: at most 9223372036854775807); send a smaller value"
+        ) from exc
     except (OperationalError, DBAPIError, SQLAlchemyError) as exc:
         for hook in DB_ERRORS_HOOK:
             hook(exc)
-        log.warning("database error during %s: %s", operation, exc)
         detail = str(getattr(exc, "orig", exc)).strip().splitlines()[0] if str(exc) else type(exc).__name__
+        if any(marker in detail.lower() for marker in _BUSY_MARKERS):
+            log.info("database busy during %s: %s", operation, detail)
+            raise StoreBusyError(
+                f"the database is busy with other writers while trying to {operation}; "
+                "retry in a few seconds (the hooks' sink and 'hyperwatch upload' retry by themselves)"
+            ) from exc
+        log.warning("database error during %s: %s", operation, exc)
         raise StoreUnavailableError(
             f"database error while trying to {operation}: {detail}; check that the database is reachable "
             "and its schema is current (hyperwatch db upgrade)"
         ) from exc
+
+
+def retry_busy(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run a whole write transaction again when it lost a lock race (:class:`StoreBusyError`).
+
+    Each attempt is a fresh transaction, so a retry never sees half of a failed one.
+    """
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        for attempt in range(1, BUSY_ATTEMPTS + 1):
+            try:
+                return method(*args, **kwargs)
+            except StoreBusyError:
+                if attempt == BUSY_ATTEMPTS:
+                    raise
+                time.sleep(0.05 * attempt)
+        raise AssertionError("unreachable")
+
+    return wrapper

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection, Engine, Row
 from monitor.core.errors import InvalidInputError, NotFoundError
 from monitor.store import migrate
 from monitor.store.base import Store
-from monitor.store.engine import make_engine, managed
+from monitor.store.engine import BUSY_TIMEOUT_MS, make_engine, managed, retry_busy
 from monitor.store.entities import (
     ACTIVE_STATUS,
     RUN_STATUSES,
@@ -44,8 +44,11 @@ _TRAILING = text(
 
 
 class SqlStore(SeriesMixin, Store):
-    def __init__(self, url_or_engine: str | Engine) -> None:
-        self.engine = make_engine(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
+    def __init__(self, url_or_engine: str | Engine, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+        if isinstance(url_or_engine, str):
+            self.engine = make_engine(url_or_engine, busy_timeout_ms)
+        else:
+            self.engine = url_or_engine
         self._name_ids: dict[str, int] = {}
 
     # -- health ----------------------------------------------------------------------------------
@@ -73,7 +76,9 @@ class SqlStore(SeriesMixin, Store):
         if name in self._name_ids:
             return self._name_ids[name]
         nid = conn.execute(select(MetricNameRow.id).where(MetricNameRow.name == name)).scalar()
-        if nid is None and create:
+        if nid is not None:
+            self._name_ids[name] = int(nid)  # it existed before this transaction: safe to remember
+        elif create:
             count = conn.execute(select(func.count()).select_from(MetricNameRow)).scalar() or 0
             if count >= MAX_NAME_IDS:
                 raise InvalidInputError(
@@ -82,9 +87,9 @@ class SqlStore(SeriesMixin, Store):
                 )
             ins = dialect_insert(conn, MetricNameRow.__table__).values(name=name)
             conn.execute(ins.on_conflict_do_nothing(index_elements=["name"]))
+            # Not cached: this transaction may still roll back (a lock race, a kill), and a cached
+            # id of a row that was never committed would break every later batch with that name.
             nid = conn.execute(select(MetricNameRow.id).where(MetricNameRow.name == name)).scalar()
-        if nid is not None:
-            self._name_ids[name] = int(nid)
         return nid
 
     def _run_query(self) -> Any:
@@ -153,6 +158,7 @@ class SqlStore(SeriesMixin, Store):
                 conn.execute(insert(RunTagRow), [{"run_id": run_id, "tag": t} for t in sorted(set(fields["tags"]))])
 
     # -- runs ------------------------------------------------------------------------------------
+    @retry_busy
     def upsert_run(self, project: str, name: str, fields: dict[str, Any]) -> tuple[Run, bool]:
         with managed(self.engine, f"create or update run {project}/{name}", write=True) as conn:
             pid = self._project_id(conn, project, create=True)
@@ -179,6 +185,7 @@ class SqlStore(SeriesMixin, Store):
             self._apply_run_fields(conn, run_id, pid, fields)
             return self._get_run(conn, run_id), created
 
+    @retry_busy
     def update_run(self, run_id: int, fields: dict[str, Any]) -> Run:
         with managed(self.engine, f"update run {run_id}", write=True) as conn:
             pid = conn.execute(select(RunRow.project_id).where(RunRow.id == run_id)).scalar()
@@ -262,6 +269,7 @@ class SqlStore(SeriesMixin, Store):
             updated_at=as_utc(g.updated_at) or now_utc(),
         )
 
+    @retry_busy
     def upsert_group(self, project: str, name: str, fields: dict[str, Any]) -> tuple[Group, bool]:
         with managed(self.engine, f"create or update group {project}/{name}", write=True) as conn:
             pid = self._project_id(conn, project, create=True)
@@ -269,6 +277,7 @@ class SqlStore(SeriesMixin, Store):
             gid, created = self._upsert_group(conn, pid, name, fields)
             return self._get_group(conn, gid), created
 
+    @retry_busy
     def update_group(self, group_id: int, fields: dict[str, Any]) -> Group:
         with managed(self.engine, f"update group {group_id}", write=True) as conn:
             g = self._get_group(conn, group_id)

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from hooks.schema import Point
 from monitor.store import downsample as ds
-from monitor.store.engine import managed
+from monitor.store.engine import managed, retry_busy
 from monitor.store.entities import (
     ACTIVE_STATUS,
     Alert,
@@ -55,6 +55,7 @@ class SeriesMixin:
         raise NotImplementedError
 
     # -- points ----------------------------------------------------------------------------------
+    @retry_busy
     def ingest(self, run_id: int, batch_id: str, points: Sequence[Point]) -> IngestResult:
         with managed(self.engine, f"store batch {batch_id} of run {run_id}", write=True) as conn:
             seen = batch_seen(conn, batch_id)
@@ -137,6 +138,7 @@ class SeriesMixin:
             return [from_sql_value(v) for (v,) in rows][::-1]
 
     # -- alerts and exports ----------------------------------------------------------------------
+    @retry_busy
     def add_alerts(self, run_id: int, alerts: Sequence[NewAlert]) -> list[NewAlert]:
         new: list[NewAlert] = []
         with managed(self.engine, f"store alerts of run {run_id}", write=True) as conn:

@@ -53,7 +53,8 @@ def chromium(width: int = 1400, height: int = 1000) -> Iterator[Any]:
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
     # Count alert() calls on every page, before its scripts run: an XSS payload would call it.
     driver.execute_cdp_cmd(
-        "Page.addScriptToEvaluateOnNewDocument", {"source": "window.__xss = 0; window.alert = () => { window.__xss++; };"}
+        "Page.addScriptToEvaluateOnNewDocument",
+        {"source": "window.__xss = 0; window.alert = () => { window.__xss++; };"},
     )
     driver.set_page_load_timeout(60)
     driver.set_script_timeout(60)

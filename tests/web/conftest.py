@@ -42,7 +42,9 @@ class Live:
 
 def serve(store: SqlStore, **settings: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
     url = store.engine.url.render_as_string(hide_password=False)
-    app = create_app(Settings(database_url=url, write_token=WRITE_TOKEN, **settings), store=store, registry=CollectorRegistry())
+    app = create_app(
+        Settings(database_url=url, write_token=WRITE_TOKEN, **settings), store=store, registry=CollectorRegistry()
+    )
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -18,7 +18,15 @@ from monitor.store.entities import NewAlert
 
 XSS_NAME = "<img src=x onerror=alert(1)>"
 XSS_TAG = "x<script>alert(2)</script>"
-INDICATORS = ("attention_z", "router_z", "attention_rms", "mlp_rms", "attention_outlier_ratio", "mlp_outlier_ratio", "max_vio")
+INDICATORS = (
+    "attention_z",
+    "router_z",
+    "attention_rms",
+    "mlp_rms",
+    "attention_outlier_ratio",
+    "mlp_outlier_ratio",
+    "max_vio",
+)
 DEPTHS = (8, 12, 16, 20)
 STEPS = 120
 NAN_STEP = 90
@@ -30,8 +38,15 @@ def params_of(depth: int) -> int:
 
 def _value(name: str, depth: int, layer: int, step: int) -> float:
     """Indicators that fall with depth (transferable stability), with a mild trend over steps."""
-    base = {"attention_z": 60.0, "router_z": 30.0, "attention_rms": 0.8, "mlp_rms": 0.9,
-            "attention_outlier_ratio": 0.01, "mlp_outlier_ratio": 0.02, "max_vio": 0.5}[name]
+    base = {
+        "attention_z": 60.0,
+        "router_z": 30.0,
+        "attention_rms": 0.8,
+        "mlp_rms": 0.9,
+        "attention_outlier_ratio": 0.01,
+        "mlp_outlier_ratio": 0.02,
+        "max_vio": 0.5,
+    }[name]
     return base * (8.0 / depth) ** 0.3 * (1.0 + 0.2 * math.sin(step / 15.0 + layer)) * (1.0 + 0.3 * step / STEPS)
 
 
@@ -47,11 +62,21 @@ def seed(base_url: str, write_token: str, project: str = "web") -> dict[str, Any
             name = f"hyperp-d{depth}"
             tokens_per_step = 4096 * depth
             body = {
-                "name": name, "project": project, "group": "ladder", "status": "finished",
-                "depth": depth, "width": 128 * depth, "total_params": params_of(depth),
-                "active_params": params_of(depth), "tokens": tokens_per_step * STEPS, "total_steps": STEPS,
-                "flops": 6.0 * params_of(depth) * tokens_per_step * STEPS, "lr": 0.02, "optimizer": "muonh_hyperp",
-                "tags": ["ladder", f"d{depth}"], "config": {"optim": {"arm": "hyperp"}, "note": XSS_NAME},
+                "name": name,
+                "project": project,
+                "group": "ladder",
+                "status": "finished",
+                "depth": depth,
+                "width": 128 * depth,
+                "total_params": params_of(depth),
+                "active_params": params_of(depth),
+                "tokens": tokens_per_step * STEPS,
+                "total_steps": STEPS,
+                "flops": 6.0 * params_of(depth) * tokens_per_step * STEPS,
+                "lr": 0.02,
+                "optimizer": "muonh_hyperp",
+                "tags": ["ladder", f"d{depth}"],
+                "config": {"optim": {"arm": "hyperp"}, "note": XSS_NAME},
                 "summary": {"val_loss": 3.5 - 0.1 * depth / 4},
             }
             r = c.post("/api/v1/runs", json=body)
@@ -79,13 +104,17 @@ def seed_xss(store: SqlStore, project: str = "web", group: str = "xss") -> int:
     the pages must escape on their own), in its own group beside a normal run, with points, a NaN
     and an alert."""
     run, _ = store.upsert_run(
-        project, XSS_NAME, {"group": group, "tags": [XSS_TAG], "config": {"evil": XSS_NAME, XSS_TAG: 1}, "status": "failed"}
+        project,
+        XSS_NAME,
+        {"group": group, "tags": [XSS_TAG], "config": {"evil": XSS_NAME, XSS_TAG: 1}, "status": "failed"},
     )
     pts = [Point("attention_z", s, 50.0 + s % 7, layer=0, tokens=4096 * (s + 1)) for s in range(STEPS)]
     pts += [Point("loss", s, 4.0 - s / STEPS, tokens=4096 * (s + 1)) for s in range(STEPS)]
     pts.append(Point("attention_z", STEPS, math.nan, layer=0, tokens=4096 * (STEPS + 1)))
     store.ingest(run.id, uuid.uuid4().hex, pts)
-    store.add_alerts(run.id, [NewAlert("nonfinite_value", "critical", "attention_z", 0, STEPS, math.nan, None, XSS_NAME)])
+    store.add_alerts(
+        run.id, [NewAlert("nonfinite_value", "critical", "attention_z", 0, STEPS, math.nan, None, XSS_NAME)]
+    )
     plain, _ = store.upsert_run(project, "plain-d4", {"group": group, "depth": 4, "total_params": params_of(4)})
     store.ingest(plain.id, uuid.uuid4().hex, [Point("attention_z", s, 40.0, layer=0) for s in range(STEPS)])
     return run.id
@@ -112,11 +141,21 @@ def seed_sweep(base_url: str, write_token: str, project: str = "web") -> int:
         for method in ("hyperp", "muon"):
             for depth in SWEEP_DEPTHS:
                 for lr in SWEEP_LRS:
-                    r = c.post("/api/v1/runs", json={
-                        "name": f"{method}-d{depth}-lr{lr:g}", "project": project, "group": "sweep",
-                        "status": "finished", "depth": depth, "total_params": params_of(depth), "lr": lr,
-                        "tokens": SWEEP_TOKENS, "flops": 6.0 * params_of(depth) * SWEEP_TOKENS,
-                        "optimizer": method, "summary": {"val_loss": sweep_loss(depth, lr, method)},
-                    })
+                    r = c.post(
+                        "/api/v1/runs",
+                        json={
+                            "name": f"{method}-d{depth}-lr{lr:g}",
+                            "project": project,
+                            "group": "sweep",
+                            "status": "finished",
+                            "depth": depth,
+                            "total_params": params_of(depth),
+                            "lr": lr,
+                            "tokens": SWEEP_TOKENS,
+                            "flops": 6.0 * params_of(depth) * SWEEP_TOKENS,
+                            "optimizer": method,
+                            "summary": {"val_loss": sweep_loss(depth, lr, method)},
+                        },
+                    )
                     r.raise_for_status()
         return int(group.json()["id"])

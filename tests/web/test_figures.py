@@ -15,10 +15,30 @@ from web.scale import colours, esc, human_count, labels, order_by_size, scale_la
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 BASE = Run(
-    id=1, project="p", name="r", status="finished", group=None, group_id=None, config={}, summary={}, tags=[],
-    depth=None, width=None, total_params=None, active_params=None, tokens=None, total_steps=None, flops=None,
-    lr=None, optimizer=None, parameterization=None, export_layers=False, last_step=None, last_point_at=None,
-    created_at=NOW, updated_at=NOW,
+    id=1,
+    project="p",
+    name="r",
+    status="finished",
+    group=None,
+    group_id=None,
+    config={},
+    summary={},
+    tags=[],
+    depth=None,
+    width=None,
+    total_params=None,
+    active_params=None,
+    tokens=None,
+    total_steps=None,
+    flops=None,
+    lr=None,
+    optimizer=None,
+    parameterization=None,
+    export_layers=False,
+    last_step=None,
+    last_point_at=None,
+    created_at=NOW,
+    updated_at=NOW,
 )
 
 
@@ -55,7 +75,7 @@ def test_colours_are_sequential_by_size() -> None:
 
 def test_esc_turns_tags_into_text() -> None:
     assert esc("<img src=x onerror=alert(1)>") == "&lt;img src=x onerror=alert(1)&gt;"
-    assert esc('a"b\'c&') == "a&quot;b&#x27;c&amp;"
+    assert esc("a\"b'c&") == "a&quot;b&#x27;c&amp;"
 
 
 def test_x_values_axes_and_errors() -> None:
@@ -66,7 +86,7 @@ def test_x_values_axes_and_errors() -> None:
     assert x_values(r, steps, tokens, "flops") == [6e5, 3.6e6, 6e6]  # tokens x FLOPs per token
     assert x_values(r, steps, tokens, "fraction") == [0.1, 0.6, 1.0]
     assert x_values(run(2, total_steps=10), steps, tokens, "fraction") == [0.0, 0.5, 0.9]
-    with pytest.raises(XAxisError, match="x=flops: run 'r3' .* has no flops"):
+    with pytest.raises(XAxisError, match=r"x=flops: run 'r3' .* has no flops"):
         x_values(run(3, tokens=1000), steps, tokens, "flops")
     with pytest.raises(XAxisError, match="neither tokens nor total_steps"):
         x_values(run(4), steps, tokens, "fraction")
@@ -101,7 +121,8 @@ def test_compare_figure_marks_non_finite_values_and_skips_runs_without_the_axis(
 
 def test_stability_figure_titles_the_verdict() -> None:
     verdict = {
-        "verdict": "breaks", "breaks_at": 1.74e9,
+        "verdict": "breaks",
+        "breaks_at": 1.74e9,
         "peak": {"scales": [1e8, 1.74e9], "values": [5.0, "NaN"]},
         "final": {"scales": [1e8, 1.74e9], "values": [4.0, 3.0]},
     }

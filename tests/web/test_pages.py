@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -30,9 +31,11 @@ def store(tmp_path: Path) -> Iterator[SqlStore]:
     s.close()
 
 
-def client(store: SqlStore, **settings: object) -> TestClient:
+def client(store: SqlStore, **settings: Any) -> TestClient:
     url = store.engine.url.render_as_string(hide_password=False)
-    app = create_app(Settings(database_url=url, write_token=WRITE, **settings), store=store, registry=CollectorRegistry())  # type: ignore[arg-type]
+    app = create_app(
+        Settings(database_url=url, write_token=WRITE, **settings), store=store, registry=CollectorRegistry()
+    )  # type: ignore[arg-type]
     return TestClient(app)
 
 
@@ -95,7 +98,7 @@ def test_data_needs_the_read_token_when_one_is_set(store: SqlStore) -> None:
         ("/ui/data/groups/1/sweeps", {"baseline": "nope"}, "baseline"),
     ],
 )
-def test_data_endpoints_validate(store: SqlStore, url: str, params: dict[str, object], needle: str) -> None:
+def test_data_endpoints_validate(store: SqlStore, url: str, params: dict[str, Any], needle: str) -> None:
     r = client(store).get(url, params=params)
     assert r.status_code == 422, r.text
     assert needle in r.text

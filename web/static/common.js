@@ -88,9 +88,7 @@ const HW = (() => {
   /* Draw a figure ({data, layout}) into div; keeps the raw y of smoothable traces for the EMA. */
   async function plot(div, fig) {
     div._raw = fig.data.map((t) => (t.meta && t.meta.smooth ? t.y.slice() : null));
-    const t0 = performance.now();
     await Plotly.react(div, fig.data, fig.layout, Object.assign({}, PLOT_CONFIG, fig.config || {}));
-    (window.hwPlotTimes = window.hwPlotTimes || []).push([div.id, Math.round(performance.now() - t0)]);
     div.classList.add("drawn");
     return div;
   }

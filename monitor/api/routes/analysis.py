@@ -134,8 +134,9 @@ class TokenMap:
 
     @classmethod
     def of(cls, store: Store, run: Run, latest: Sequence[SeriesInfo]) -> TokenMap:
-        names = [(s.name, s.layer) for s in latest]
-        ref = next((k for k in (("tokens", None), ("loss", None), ("lr", None)) if k in names), None)
+        names: list[tuple[str, int | None]] = [(s.name, s.layer) for s in latest]
+        preferred: list[tuple[str, int | None]] = [("tokens", None), ("loss", None), ("lr", None)]
+        ref = next((k for k in preferred if k in names), None)
         ref = ref or (names[0] if names else None)
         known: list[tuple[int, int]] = []
         if ref is not None:
@@ -283,7 +284,9 @@ def group_stability(
     atol: Annotated[float, Query(ge=0)] = 0.0,
 ) -> dict[str, Any]:
     if buckets > settings.max_buckets:
-        raise InvalidInputError(f"buckets: {buckets} is above the limit of {settings.max_buckets} (HYPERWATCH_MAX_BUCKETS)")
+        raise InvalidInputError(
+            f"buckets: {buckets} is above the limit of {settings.max_buckets} (HYPERWATCH_MAX_BUCKETS)"
+        )
     if not math.isfinite(atol):
         raise InvalidInputError("atol: must be a finite number >= 0")
     names = list(dict.fromkeys(name or STABILITY_INDICATORS))
