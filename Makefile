@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/trainer_throughput.py
 	$(BIN)/python bench/hooks_overhead.py
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/dashboard.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -107,10 +107,21 @@ def report(sweep: Sweep, runs: list[SweepRun]) -> None:
         print(f"  {r.status:>8}  {r.name:<16} val_loss {val:<8} loss {curve}")
 
 
+def group_page(url: str, group: str) -> str:
+    """The scale-comparison page of ``group`` (the runs page when the group cannot be found)."""
+    import json
+
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/groups", timeout=5) as resp:
+            groups = json.loads(resp.read())
+    except (OSError, ValueError):
+        return f"{url}/runs"
+    ids = [g["id"] for g in groups if g.get("name") == group]
+    return f"{url}/groups/{ids[0]}" if ids else f"{url}/runs"
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=prog, description="Service on SQLite and a sweep streaming into it."
-    )
+    p = argparse.ArgumentParser(prog=prog, description="Service on SQLite and a sweep streaming into it.")
     p.add_argument("--fast", action="store_true", help="a short version for tests (also HYPERWATCH_DEMO_FAST=1)")
     p.add_argument("--out", default="runs/demo", help="folder for the database, checkpoints and logs")
     p.add_argument("--host", default="127.0.0.1", help="address the service binds to (localhost by default)")
@@ -154,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         results = run_sweep(sweep)
         report(sweep, results)
         print()
-        print(f"dashboard: {url}/   scale comparison: {url}/groups   API: {url}/docs")
+        print(f"dashboard: {group_page(url, sweep.name)}   runs: {url}/runs   API: {url}/docs")
         if args.no_serve:
             return 1 if any(r.status == "failed" for r in results) else 0
         print("serving until Ctrl-C")
