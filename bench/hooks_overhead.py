@@ -1,23 +1,25 @@
 """Step time with and without hooks, side by side in one run.
 
 For each model (the bundled tiny dense and MoE presets, a tiny Hugging Face Llama with SDPA
-attention) and each ``every``: two identical copies of the model (same seed, same weights, same
-batches) train with the bundled trainer's real step: forward, backward, ``clip_grad_norm_``,
-the arm's optimizers (``trainer.optim.build_optimizers``, arm ``hyperp``: MuonH + AdamH +
-AdamW) and ``zero_grad``; the hooked copy also calls ``mon.step`` with the loss and the
-clipped norm, as ``trainer.train`` does. Blocks of ``--block`` steps alternate between the two
-copies (ABBA order), after a warm-up; each round gives one ratio hooked/plain of two adjacent
-blocks, so machine noise that lasts longer than a block hits both sides alike. Printed: the
-median ratio over rounds, its interquartile range, and the median ms per step of each side.
-A hooked block ends with ``mon.flush()`` (the emitter thread's work is inside the figure).
+attention, all at the tiny preset's shapes) and each ``every``: one model trains with the
+bundled trainer's real step (forward, backward, ``clip_grad_norm_``, the ``hyperp`` arm's
+optimizers from ``trainer.optim.build_optimizers``: MuonH + AdamH + AdamW, ``zero_grad``) in
+timed blocks of ``--block`` steps that alternate, ABBA, between hooked (monitor armed by its
+``every`` schedule, ``mon.step`` with the loss and the clipped norm, as ``trainer.train`` does;
+the block ends with ``mon.flush()``, so the emitter thread's work is inside the figure) and
+plain (monitor disarmed: no hook registered, capture flags off, no ``mon.step``). Same
+weights, memory and batches on both sides; torch threads pinned; warm-up first. Each round
+gives one ratio hooked/plain of two adjacent blocks; printed are the median over rounds, its
+interquartile range and the median ms per step of each side, by process CPU time (robust on a
+shared machine) and by wall time. ``--control`` runs plain against plain (the noise floor).
 
 Targets on CPU (issue #3): <= 1.03x at every=1 and <= 1.01x at every=10.
 
     python bench/hooks_overhead.py [--models dense,moe,llama] [--every 1,10] [--depth 2]
-        [--rounds 20] [--block 10] [--threads 1] [--batch 8] [--seq 256] [--profile]
+        [--rounds 20] [--block 10] [--threads 1] [--batch 8] [--seq 256] [--control] [--profile]
 
-``--profile`` instead profiles ``--block`` hooked steps at every=1 with ``torch.profiler`` and
-prints the ops that the hooks add (self CPU time, hooked minus plain), per model.
+``--profile`` instead reports where the hooked step's extra time goes at every=1: the CPU time
+spent inside each hook function per step, against the plain step's CPU time.
 """
 
 from __future__ import annotations
@@ -113,18 +115,30 @@ def train_step(t: Trainee, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     return loss.detach(), grad_norm
 
 
-class Side:
-    """A trainee plus its step counter (and monitor on the hooked side)."""
+class Bench:
+    """One model copy that runs timed blocks either hooked or plain.
 
-    def __init__(self, trainee: Trainee, mon: Any | None, batches: list[torch.Tensor]) -> None:
+    Plain blocks run with the monitor disarmed (no hook is registered then, the capture flags are
+    off) and without ``mon.step``: the model's own path. Hooked blocks step the monitor with its
+    own step counter, re-armed by the ``every`` schedule at the block's start, so a block of
+    ``n`` steps logs ``n / every`` of them. Same weights, same memory, same batches on both sides.
+    """
+
+    def __init__(self, trainee: Trainee, mon: Any | None, every: int, batches: list[torch.Tensor]) -> None:
         self.t = trainee
         self.mon = mon
+        self.every = every
         self.batches = batches
-        self.step = 0
+        self.step = 0  # optimizer steps of the model
+        self.logged_step = 0  # the monitor's steps (hooked blocks only)
         self.cuda = next(trainee.model.parameters()).is_cuda
 
-    def run(self, n: int) -> tuple[float, float]:
+    def run(self, n: int, hooked: bool) -> tuple[float, float]:
         """(wall seconds, process CPU seconds) per step over ``n`` steps."""
+        mon = self.mon if hooked else None
+        if self.mon is not None:
+            # Disarmed for plain blocks; armed by the schedule for hooked ones.
+            self.mon._arm(hooked and self.logged_step % self.every == 0)
         gc.collect()
         if self.cuda:
             torch.cuda.synchronize()
@@ -132,11 +146,13 @@ class Side:
         for _ in range(n):
             x = self.batches[self.step % len(self.batches)]
             loss, grad_norm = train_step(self.t, x)
-            if self.mon is not None:
-                self.mon.step(self.step, loss=loss, lr=0.02, tokens=(self.step + 1) * x.numel(), grad_norm=grad_norm)
+            if mon is not None:
+                tokens = (self.logged_step + 1) * x.numel()
+                mon.step(self.logged_step, loss=loss, lr=0.02, tokens=tokens, grad_norm=grad_norm)
+                self.logged_step += 1
             self.step += 1
-        if self.mon is not None:
-            self.mon.flush(60)
+        if mon is not None:
+            mon.flush(60)
         if self.cuda:
             torch.cuda.synchronize()
         return (time.perf_counter() - t0) / n, (time.process_time() - c0) / n
@@ -173,23 +189,25 @@ def _batches(args: argparse.Namespace) -> list[torch.Tensor]:
 
 
 def measure(build: Callable[[], Trainee], every: int, args: argparse.Namespace) -> dict[str, Figure]:
-    """Per clock ("cpu": process CPU time, "wall"): ratios of adjacent blocks and the sides' step times."""
-    batches = _batches(args)
-    plain = Side(build(), None, batches)
-    hooked_t = build()
-    mon = hooks.attach(hooked_t.model, run="bench", sink=hooks.MemorySink(), every=every)
-    hooked = Side(hooked_t, mon, batches)
-    for side in (plain, hooked):
-        side.run(max(args.block, 2 * every))  # warm-up (allocator, kernels, optimizer state)
+    """Per clock ("cpu": process CPU time, "wall"): ratios of adjacent blocks and the sides' step times.
+
+    ``args.control``: no monitor at all (plain against plain: the bench's own noise and bias).
+    """
+    t = build()
+    mon = None if args.control else hooks.attach(t.model, run="bench", sink=hooks.MemorySink(), every=every)
+    bench = Bench(t, mon, every, _batches(args))
+    for hooked in (False, True):
+        bench.run(max(args.block, 2 * every), hooked)  # warm-up (allocator, kernels, optimizer state)
     samples: dict[str, list[tuple[float, float]]] = {"cpu": [], "wall": []}
     for r in range(args.rounds):
         if r % 2 == 0:
-            p, h = plain.run(args.block), hooked.run(args.block)
+            p, h = bench.run(args.block, False), bench.run(args.block, True)
         else:
-            h, p = hooked.run(args.block), plain.run(args.block)
+            h, p = bench.run(args.block, True), bench.run(args.block, False)
         samples["wall"].append((h[0], p[0]))
         samples["cpu"].append((h[1], p[1]))
-    mon.close()
+    if mon is not None:
+        mon.close()
     out = {}
     for clock, pairs in samples.items():
         q1, med, q3 = _quartiles([h / p for h, p in pairs])
@@ -199,37 +217,67 @@ def measure(build: Callable[[], Trainee], every: int, args: argparse.Namespace) 
     return out
 
 
-def profile(name: str, build: Callable[[], Trainee], args: argparse.Namespace) -> None:
-    """Self CPU time per op, hooked minus plain, over ``--block`` steps at every=1."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
+class HookTimers:
+    """Thread CPU time spent inside the hooks' own functions, by what they compute.
 
-    batches = _batches(args)
-    totals: dict[str, dict[str, tuple[float, int]]] = {}
-    for key in ("plain", "hooked"):
-        t = build()
-        mon = hooks.attach(t.model, run="bench", sink=hooks.MemorySink(), every=1) if key == "hooked" else None
-        side = Side(t, mon, batches)
-        side.run(args.block)
-        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-            side.run(args.block)
-        if mon is not None:
-            mon.close()
-        totals[key] = {e.key: (e.self_cpu_time_total, e.count) for e in prof.key_averages()}
-    ops = set(totals["plain"]) | set(totals["hooked"])
-    diff = []
-    for op in ops:
-        h_us, h_n = totals["hooked"].get(op, (0.0, 0))
-        p_us, p_n = totals["plain"].get(op, (0.0, 0))
-        diff.append((h_us - p_us, h_n - p_n, op))
-    diff.sort(reverse=True)
-    plain_total = sum(us for us, _ in totals["plain"].values()) / args.block
-    extra = sum(d for d, n, _ in diff if n > 0) / args.block
-    print(f"profile {name}: plain {plain_total / 1e3:.2f} ms/step of op self time; ops the hooks add:")
-    for d_us, d_n, op in diff[:14]:
-        if d_n > 0:
-            print(f"  {op:<48} +{d_n / args.block:6.1f} calls/step  +{d_us / args.block:8.1f} us/step")
-    print(f"  sum over added calls: {extra:.1f} us/step ({100 * extra / plain_total:.2f}% of plain op time)")
+    The functions are wrapped for the profile only (and restored after it).
+    """
+
+    def __init__(self) -> None:
+        self.us: dict[str, float] = {}
+        self._restore: list[tuple[Any, str, Any]] = []
+
+    def wrap(self, owner: Any, name: str, key: str) -> None:
+        original = getattr(owner, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.thread_time_ns()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.us[key] = self.us.get(key, 0.0) + (time.thread_time_ns() - t0) / 1e3
+
+        setattr(owner, name, timed)
+        self._restore.append((owner, name, original))
+
+    def restore(self) -> None:
+        for owner, name, original in reversed(self._restore):
+            setattr(owner, name, original)
+        self._restore.clear()
+
+
+def profile(name: str, build: Callable[[], Trainee], args: argparse.Namespace) -> None:
+    """Where the hooks' time goes at every=1: CPU time inside each hook function per step."""
+    from hooks import accumulate, intercept, monitor
+
+    t = build()
+    mon = hooks.attach(t.model, run="bench", sink=hooks.MemorySink(), every=1)
+    bench = Bench(t, mon, 1, _batches(args))
+    for hooked in (False, True):
+        bench.run(args.block, hooked)
+    timers = HookTimers()
+    acc = accumulate.Accumulator
+    timers.wrap(acc, "add_branch", "branch RMS + outliers (add_branch)")
+    timers.wrap(acc, "add_attention_lse", "attention Z from an LSE (add_attention_lse)")
+    for fn in ("add_router_logits", "add_expert_counts", "add_aux_loss"):
+        timers.wrap(acc, fn, "router Z, expert counts, aux")
+    timers.wrap(monitor.Monitor, "step", "mon.step (all-reduce/pack, copy, re-arm)")
+    timers.wrap(monitor.Monitor, "_emit", "emitter thread (points, sink)")
+    timers.wrap(intercept, "cpu_flash_with_lse", "SDPA answered by the flash kernel (replaces the call)")
+    timers.wrap(intercept.indicators, "attention_lse", "attention LSE recomputed from q, k (fallback)")
+    cpu_plain, cpu_hooked = [], []
+    try:
+        for _ in range(max(1, args.rounds // 4)):
+            cpu_plain.append(bench.run(args.block, False)[1])
+            cpu_hooked.append(bench.run(args.block, True)[1])
+    finally:
+        timers.restore()
+        mon.close()
+    steps = len(cpu_hooked) * args.block
+    p_ms, h_ms = statistics.median(cpu_plain) * 1e3, statistics.median(cpu_hooked) * 1e3
+    print(f"profile {name} every=1: plain {p_ms:.1f} ms, hooked {h_ms:.1f} ms CPU per step; inside the hooks:")
+    for key, us in sorted(timers.us.items(), key=lambda kv: -kv[1]):
+        print(f"  {key:<56} {us / steps:8.1f} us/step  {100 * us / steps / 1e3 / p_ms:6.2f}% of plain")
 
 
 def main() -> None:
@@ -243,7 +291,8 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=256, help="tokens per sequence")
     ap.add_argument("--models", default="dense,moe,llama", help="comma list of dense, moe, llama")
     ap.add_argument("--every", default="1,10", help="comma list of logging intervals")
-    ap.add_argument("--profile", action="store_true", help="profile the hooks' ops instead of timing")
+    ap.add_argument("--profile", action="store_true", help="time the hooks' functions instead (every=1)")
+    ap.add_argument("--control", action="store_true", help="plain against plain: the bench's noise floor")
     args = ap.parse_args()
     everies = [int(e) for e in args.every.split(",")]
     for e in everies:
@@ -267,8 +316,9 @@ def main() -> None:
             continue
         for every in everies:
             r = measure(builders[n], every, args)
+            what = "control (no hooks)" if args.control else "hooks overhead"
             print(
-                f"hooks overhead {labels[n]} depth={args.depth} {args.batch}x{args.seq} every={every} "
+                f"{what} {labels[n]} depth={args.depth} {args.batch}x{args.seq} every={every} "
                 f"{args.device} threads={args.threads}, {args.rounds} rounds of {args.block} steps: "
                 f"cpu-time {r['cpu']} | wall {r['wall']}",
                 flush=True,

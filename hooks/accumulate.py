@@ -1,8 +1,9 @@
 """Preallocated per-layer buffers that collect a logged step's sums over micro-batches.
 
 Probes add 0-d device tensors into ``sums`` (L, N_SLOTS) and expert counts into ``experts``
-(L, E_max); element counts that follow from tensor shapes alone are kept on the host in
-``host_counts`` (no device work, no synchronization). :meth:`Accumulator.pack` lays everything
+(L, E_max), each through a view made once at construction (an ``add_`` per value, no indexing
+ops on the hot path); element counts that follow from tensor shapes alone are kept on the host
+in ``host_counts`` (no device work, no synchronization). :meth:`Accumulator.pack` lays everything
 out in one flat float64 tensor, which is all-reduced once across data-parallel ranks (sums and
 counts add) and copied to the host once; :meth:`Accumulator.unpack` turns the host copy into
 per-layer values.
@@ -21,9 +22,9 @@ from hooks import indicators
 # Device slots (sums, and counts that depend on the data).
 ATTN_Z, ATTN_Z_N, ROUTER_Z, ROUTER_Z_N, ATTN_SQ, ATTN_OUT, MLP_SQ, MLP_OUT, AUX = range(9)
 N_SLOTS = 9
-# Host slots (counts that follow from shapes).
-ATTN_ELEMS, MLP_ELEMS, AUX_N = range(3)
-N_HOST = 3
+# Host slots (counts that follow from shapes; ATTN_Z_ROWS: LSE rows known to have a softmax).
+ATTN_ELEMS, MLP_ELEMS, AUX_N, ATTN_Z_ROWS = range(4)
+N_HOST = 4
 
 
 @dataclass
@@ -72,35 +73,44 @@ class Accumulator:
         self.sums = torch.zeros((n_layers, N_SLOTS), dtype=torch.float64, device=device)
         self.experts = torch.zeros((n_layers, max(1, max(n_experts))), dtype=torch.float64, device=device)
         self.host_counts = np.zeros((n_layers, N_HOST), dtype=np.int64)
+        self._slot = [list(row.unbind()) for row in self.sums]  # _slot[layer][SLOT]: 0-d views
+        self._experts = [self.experts[i, :n] for i, n in enumerate(self.n_experts)]
 
     # -- what probes call (on the training thread, inside forward, armed steps only) --
-    def add_attention_lse(self, layer: int, lse: torch.Tensor) -> None:
+    def add_attention_lse(self, layer: int, lse: torch.Tensor, every_row_attends: bool = False) -> None:
+        """``every_row_attends``: the LSE comes from causal attention without a mask, so no row can
+        be fully masked; its row count then follows from the shape (one reduction, no validity pass)."""
+        if every_row_attends:
+            self._slot[layer][ATTN_Z].add_(indicators.lse_square_sum(lse))
+            self.host_counts[layer, ATTN_Z_ROWS] += lse.numel()
+            return
         total, n = indicators.z_sums(lse)
-        self.sums[layer, ATTN_Z].add_(total)
-        self.sums[layer, ATTN_Z_N].add_(n)
+        self._slot[layer][ATTN_Z].add_(total)
+        self._slot[layer][ATTN_Z_N].add_(n)
 
     def add_router_logits(self, layer: int, logits: torch.Tensor) -> None:
         total, n = indicators.z_sums(indicators.router_lse(logits))
-        self.sums[layer, ROUTER_Z].add_(total)
-        self.sums[layer, ROUTER_Z_N].add_(n)
+        self._slot[layer][ROUTER_Z].add_(total)
+        self._slot[layer][ROUTER_Z_N].add_(n)
 
     def add_branch(self, layer: int, branch: str, output: torch.Tensor) -> None:
         sumsq, outliers = indicators.branch_sums(output)
+        slots = self._slot[layer]
         if branch == "attention":
-            self.sums[layer, ATTN_SQ].add_(sumsq)
-            self.sums[layer, ATTN_OUT].add_(outliers)
+            slots[ATTN_SQ].add_(sumsq)
+            slots[ATTN_OUT].add_(outliers)
             self.host_counts[layer, ATTN_ELEMS] += output.numel()
         else:
-            self.sums[layer, MLP_SQ].add_(sumsq)
-            self.sums[layer, MLP_OUT].add_(outliers)
+            slots[MLP_SQ].add_(sumsq)
+            slots[MLP_OUT].add_(outliers)
             self.host_counts[layer, MLP_ELEMS] += output.numel()
 
     def add_expert_counts(self, layer: int, counts: torch.Tensor) -> None:
         n = self.n_experts[layer]
-        self.experts[layer, :n].add_(counts.detach()[:n])
+        self._experts[layer].add_(counts.detach()[:n])
 
     def add_aux_loss(self, layer: int, aux: torch.Tensor) -> None:
-        self.sums[layer, AUX].add_(aux.detach().reshape(()))
+        self._slot[layer][AUX].add_(aux.detach().reshape(()))
         self.host_counts[layer, AUX_N] += 1
 
     # -- once per logged step --
@@ -129,8 +139,9 @@ class Accumulator:
         for layer in range(L):
             s, h = sums[layer], host[layer]
             v = LayerValues()
-            if s[ATTN_Z_N] > 0:
-                v.attention_z = float(s[ATTN_Z] / s[ATTN_Z_N])
+            z_rows = s[ATTN_Z_N] + h[ATTN_Z_ROWS]
+            if z_rows > 0:
+                v.attention_z = float(s[ATTN_Z] / z_rows)
             if s[ROUTER_Z_N] > 0:
                 v.router_z = float(s[ROUTER_Z] / s[ROUTER_Z_N])
             if h[ATTN_ELEMS] > 0:

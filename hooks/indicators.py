@@ -33,25 +33,47 @@ DEFAULT_CHUNK_ELEMENTS = 1 << 22
 def z_sums(lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum of LSE^2 over rows that have a softmax, number of such rows) of any-shaped LSE."""
     lse = lse.detach().float()
-    valid = ~(lse <= MASKED_LSE)  # NaN compares False, so NaN rows stay valid
-    sq = torch.where(valid, lse.square(), torch.zeros((), device=lse.device))
-    return sq.sum(dtype=torch.float64), valid.sum()
+    masked = lse <= MASKED_LSE  # NaN compares False, so NaN rows stay counted
+    sq = lse.square().masked_fill_(masked, 0.0)
+    return sq.sum(dtype=torch.float64), lse.numel() - masked.sum()
+
+
+def lse_square_sum(lse: torch.Tensor) -> torch.Tensor:
+    """Sum of LSE^2 over every row: the Z numerator when no row can be fully masked (a causal
+    kernel without a mask), so the row count is the shape's and no validity pass is needed."""
+    lse = lse.detach()
+    if lse.dtype != torch.float32 and lse.dtype != torch.float64:
+        lse = lse.float()
+    return lse.square().sum()
 
 
 def branch_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum of x^2, number of 5-sigma outliers) of a branch output (..., hidden).
 
-    One fused variance/mean pass per token, then one comparison pass over the elements; the
-    sum of squares comes from the per-token moments: sum_j x_j^2 = C * (var + mean^2).
+    Per token t (hidden size C): mean m_t; squared deviations e = (x - m_t)^2, in fp32 also for
+    bf16/fp16 inputs (the subtraction promotes: no separate conversion pass), written in place;
+    S_t = sum of e over the token (two-pass variance: no cancellation); variance S_t / C. Then
+    sum_j x_j^2 = S_t + C m_t^2, and an outlier is e > 25 S_t / C, i.e. |x - m_t| > 5 sigma_t.
+    The comparison is written in place into e as 1.0/0.0 (a comparison into a float tensor is
+    several times faster than into bool on CPU) and counted per token first, so the float32
+    sums of ones stay exact. Passes over the elements: mean, subtract, square, sum, compare,
+    count; everything else is per token.
     """
     x = x.detach()
-    if x.dtype != torch.float32 and x.dtype != torch.float64:
-        x = x.float()
-    var, mean = torch.var_mean(x, dim=-1, correction=0, keepdim=True)
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     hidden = x.shape[-1]
-    sumsq = (var + mean.square()).sum(dtype=torch.float64) * hidden
-    dev = (x - mean).square_()
-    outliers = torch.count_nonzero(dev > var * (OUTLIER_SIGMAS * OUTLIER_SIGMAS))
+    mean = x.mean(dim=-1, keepdim=True, dtype=acc)
+    sq_dev = x - mean
+    if sq_dev.dtype != acc:  # integer or exotic inputs
+        sq_dev = sq_dev.to(acc)
+    sq_dev.square_()
+    dev_sum = sq_dev.sum(dim=-1, keepdim=True)
+    mean_sq = mean.square()
+    # fmax: a token holding +-Inf has an Inf mean and NaN deviations; its sum of squares is Inf.
+    per_token = torch.fmax(torch.add(dev_sum, mean_sq, alpha=hidden), mean_sq)
+    sumsq = per_token.sum(dtype=torch.float64)
+    threshold = dev_sum * (OUTLIER_SIGMAS * OUTLIER_SIGMAS / hidden)
+    outliers = sq_dev.gt_(threshold).sum(dim=-1).sum(dtype=torch.float64)
     return sumsq, outliers
 
 

@@ -1,10 +1,12 @@
 """Probes: the module hooks that feed an :class:`~hooks.accumulate.Accumulator`.
 
-Every hook first asks the shared :class:`Gate` whether this forward counts: the step must be a
-logged one (armed), autograd must be recording (validation passes under ``no_grad`` are not
-training), and we must not be inside a backward pass (activation checkpointing re-runs forwards
-there; counting them would count a micro-batch twice). On other steps a hook returns at once,
-and the capture flags of the bundled model are off, so its kernels do no extra work.
+Hooks exist only while a probe is armed (the forwards of a logged step): :meth:`Probe.arm`
+registers them and disarming removes them, so on the other steps the modules run PyTorch's
+hook-free call path and the capture flags of the bundled model are off: the hooks cost nothing.
+Every hook first asks the shared :class:`Gate` whether this forward counts: autograd must be
+recording (validation passes under ``no_grad`` are not training), and we must not be inside a
+backward pass (activation checkpointing re-runs forwards there; counting them would count a
+micro-batch twice).
 
 Hooks never modify inputs or outputs and compute under ``no_grad`` on detached tensors, so the
 model's outputs and gradients are bit-identical with and without them.
@@ -54,7 +56,7 @@ def _first_tensor(output: Any) -> torch.Tensor | None:
 
 
 class Probe:
-    """Owns its hook handles; ``arm`` switches any capture flag of the measured module."""
+    """Owns its hook handles, which exist only while armed; ``arm`` also switches capture flags."""
 
     def __init__(self, acc: Accumulator, gate: Gate, layer: int) -> None:
         self.acc = acc
@@ -62,14 +64,20 @@ class Probe:
         self.layer = layer
         self.handles: list[RemovableHandle] = []
 
+    def register(self) -> list[RemovableHandle]:
+        """Register this probe's hooks; called when it is armed."""
+        return []
+
     def arm(self, on: bool) -> None:
-        return None
+        if on and not self.handles:
+            self.handles = self.register()
+        elif not on:
+            for handle in self.handles:
+                handle.remove()
+            self.handles = []
 
     def remove(self) -> None:
         self.arm(False)
-        for handle in self.handles:
-            handle.remove()
-        self.handles.clear()
 
 
 class BranchProbe(Probe):
@@ -77,8 +85,11 @@ class BranchProbe(Probe):
 
     def __init__(self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module, branch: str) -> None:
         super().__init__(acc, gate, layer)
+        self.module = module
         self.branch = branch
-        self.handles.append(module.register_forward_hook(self._hook))
+
+    def register(self) -> list[RemovableHandle]:
+        return [self.module.register_forward_hook(self._hook)]
 
     def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
         if not self.gate.active():
@@ -90,15 +101,21 @@ class BranchProbe(Probe):
 
 
 class KernelLseProbe(Probe):
-    """Attention Z of the bundled model: the kernel's own LSE (``capture_lse`` -> ``.lse``)."""
+    """Attention Z of the bundled model: the kernel's own LSE (``capture_lse`` -> ``.lse``).
+
+    The bundled attention is always causal without a mask, so every LSE row has a softmax.
+    """
 
     def __init__(self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module, report: Report) -> None:
         super().__init__(acc, gate, layer)
         self.module = module
         self.report = report
-        self.handles.append(module.register_forward_hook(self._hook))
+
+    def register(self) -> list[RemovableHandle]:
+        return [self.module.register_forward_hook(self._hook)]
 
     def arm(self, on: bool) -> None:
+        super().arm(on)
         setattr(self.module, "capture_lse", on)  # noqa: B010 (an attribute mypy cannot see)
 
     def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
@@ -106,7 +123,8 @@ class KernelLseProbe(Probe):
             return
         lse = getattr(module, "lse", None)
         if isinstance(lse, torch.Tensor):
-            self.acc.add_attention_lse(self.layer, lse)
+            with torch.no_grad():
+                self.acc.add_attention_lse(self.layer, lse, every_row_attends=True)
         else:
             self.report(f"attention_z@{self.layer}", "the attention module set capture_lse but kept no .lse")
 
@@ -124,25 +142,28 @@ class InterceptProbe(Probe):
         chunk_elements: int,
     ) -> None:
         super().__init__(acc, gate, layer)
+        self.module = module
         self.report = report
         self.mode = AttentionZMode(self._sink, chunk_elements)
         self._entered: list[bool] = []
-        self.handles.append(module.register_forward_pre_hook(self._pre))
-        self.handles.append(module.register_forward_hook(self._post, always_call=True))
 
-    def _sink(self, lse: torch.Tensor) -> None:
-        self.acc.add_attention_lse(self.layer, lse)
+    def register(self) -> list[RemovableHandle]:
+        self._entered = []
+        return [
+            self.module.register_forward_pre_hook(self._pre),
+            self.module.register_forward_hook(self._post, always_call=True),
+        ]
+
+    def _sink(self, lse: torch.Tensor, every_row_attends: bool) -> None:
+        self.acc.add_attention_lse(self.layer, lse, every_row_attends)
 
     def _pre(self, module: nn.Module, args: Any) -> None:
-        enter = self.gate.active() and not self._entered_any()
+        enter = self.gate.active() and not any(self._entered)
         self._entered.append(enter)
         if enter:
             self.mode.seen = 0
             self.mode.begin()
             self.mode.__enter__()
-
-    def _entered_any(self) -> bool:
-        return any(self._entered)
 
     def _post(self, module: nn.Module, args: Any, output: Any) -> None:
         if not self._entered:
@@ -168,10 +189,13 @@ class RouterProbe(Probe):
         self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module, n_experts: int, top_k: int, report: Report
     ) -> None:
         super().__init__(acc, gate, layer)
+        self.module = module
         self.n_experts = n_experts
         self.top_k = top_k
         self.report = report
-        self.handles.append(module.register_forward_hook(self._hook))
+
+    def register(self) -> list[RemovableHandle]:
+        return [self.module.register_forward_hook(self._hook)]
 
     def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
         if not self.gate.active():
@@ -205,9 +229,12 @@ class BundledMoEProbe(Probe):
     def __init__(self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module) -> None:
         super().__init__(acc, gate, layer)
         self.module = module
-        self.handles.append(module.register_forward_hook(self._hook))
+
+    def register(self) -> list[RemovableHandle]:
+        return [self.module.register_forward_hook(self._hook)]
 
     def arm(self, on: bool) -> None:
+        super().arm(on)
         setattr(self.module, "capture", on)  # noqa: B010 (an attribute mypy cannot see)
 
     def _hook(self, module: nn.Module, args: Any, output: Any) -> None:

@@ -6,10 +6,12 @@ import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hyperwatch import __version__
 from monitor.api.middleware import BodySizeLimit, RequestTiming
@@ -24,6 +26,11 @@ from web.router import router as web_router
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
 DEFAULT_RETRY_AFTER_S = 30
+_FASTAPI_PARSE_ERROR = "There was an error parsing the body"
+BODY_PARSE_MESSAGE = (
+    "the request body could not be parsed: it must be UTF-8 JSON nested at most a few hundred levels "
+    "deep; for POST /api/v1/points send one hooks wire-format batch {batch_id, run, points}"
+)
 
 
 def create_app(settings: Settings, store: Store | None = None, registry: CollectorRegistry | None = None) -> FastAPI:
@@ -55,6 +62,13 @@ def create_app(settings: Settings, store: Store | None = None, registry: Collect
         if exc.status_code == 503:  # the database: the client should come back, and says when
             headers = {"Retry-After": str(getattr(exc, "retry_after", DEFAULT_RETRY_AFTER_S))}
         return JSONResponse({"detail": str(exc)}, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 400 and exc.detail == _FASTAPI_PARSE_ERROR:
+            # FastAPI's words for a body json.loads could not take (not UTF-8, nested too deep, ...).
+            exc = StarletteHTTPException(400, BODY_PARSE_MESSAGE)
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -67,11 +67,21 @@ class Strict(BaseModel):
 
 
 # -- ingestion ------------------------------------------------------------------------------------
+def _no_text_or_bool(value: Any) -> Any:
+    """The wire format's integers are JSON numbers: "12" or true is a client bug, not a 12 or a 1."""
+    if isinstance(value, (str, bool)):
+        raise ValueError(f"must be an integer (a JSON number), got {type(value).__name__} {value!r}")
+    return value
+
+
+WireInt = Annotated[int, BeforeValidator(_no_text_or_bool)]
+
+
 class PointIn(Strict):
     name: MetricName
-    layer: int | None = Field(default=None, ge=0, le=MAX_LAYER, description="block index from 0; null = run level")
-    step: int = Field(ge=0, le=MAX_STEP)
-    tokens: int | None = Field(default=None, ge=0, le=MAX_STEP)
+    layer: WireInt | None = Field(default=None, ge=0, le=MAX_LAYER, description="block index from 0; null = run level")
+    step: WireInt = Field(ge=0, le=MAX_STEP)
+    tokens: WireInt | None = Field(default=None, ge=0, le=MAX_STEP)
     value: WireFloat
 
 

@@ -14,6 +14,9 @@ from prometheus_client import CollectorRegistry
 from hooks.schema import METRICS
 from monitor.core.config import Settings
 from monitor.main import create_app
+from monitor.store import SqlStore
+from tests.web.browser import chromium, console_errors, screenshot, wait_ready
+from tests.web.conftest import serve
 
 PER_LAYER = ["attention_z", "router_z", "attention_rms", "mlp_rms", "attention_outlier_ratio",
              "mlp_outlier_ratio", "max_vio"]  # fmt: skip
@@ -58,3 +61,28 @@ def test_fast_demo_streams_every_layer_and_indicator(tmp_path: Path) -> None:
         assert compare.status_code == 200, compare.text
         series = compare.json()["series"]
         assert len(series) == 3 and all(len(s["points"]) >= 2 for s in series)
+    check_comparison_page(db, group_id)
+
+
+def check_comparison_page(db: str, group_id: int) -> None:
+    """The scale-comparison page of the demo's group, in headless Chromium: one line per depth."""
+    store = SqlStore(db)
+    server, thread, url = serve(store)
+    try:
+        with chromium() as driver:
+            driver.get(f"{url}/groups/{group_id}")
+            wait_ready(driver)
+            figure = driver.execute_script(
+                "const d = document.getElementById('fig-attention_z'); return d && d.data ? d.data.length : -1;"
+            )
+            legend = driver.execute_script(
+                "return Array.from(document.querySelectorAll('#legend .legend-item')).map(t => t.textContent)"
+            )
+            screenshot(driver, Path("test-artifacts") / "e2e" / "demo-scale-comparison.png")
+            assert console_errors(driver) == []
+        assert figure >= 3, figure
+        assert sorted(x.split(" ")[0] for x in legend) == ["d=2", "d=4", "d=6"], legend  # "d=2 · 165k"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        store.close()
