@@ -55,6 +55,31 @@ def _check_matrices(params: list[torch.Tensor], optimizer: str) -> None:
             )
 
 
+def _muon_defaults(lr: float, momentum: float, nesterov: bool, weight_decay: float, ns_steps: int) -> dict[str, Any]:
+    _check_hyper("lr", lr)
+    _check_hyper("momentum", momentum, high=1.0)
+    _check_hyper("weight_decay", weight_decay)
+    return {"lr": lr, "momentum": momentum, "nesterov": nesterov, "weight_decay": weight_decay, "ns_steps": ns_steps}
+
+
+def _init_matrix_groups(optimizer: torch.optim.Optimizer, name: str) -> None:
+    """Refuse non-matrices and remember each group's peak LR (the schedule scales ``lr``)."""
+    for group in optimizer.param_groups:
+        _check_matrices(group["params"], name)
+        group.setdefault("initial_lr", group["lr"])
+
+
+def _muon_direction(state: dict[str, Any], g: torch.Tensor, group: dict[str, Any]) -> torch.Tensor:
+    """Nesterov momentum (``buf <- m*buf + g``, ``u = g + m*buf``), orthogonalised by Newton-Schulz."""
+    if "momentum_buffer" not in state:
+        state["momentum_buffer"] = torch.zeros_like(g)
+    buf: torch.Tensor = state["momentum_buffer"]
+    momentum = float(group["momentum"])
+    buf.mul_(momentum).add_(g)
+    u = g.add(buf, alpha=momentum) if group["nesterov"] else buf
+    return newton_schulz5(u, steps=int(group["ns_steps"]))
+
+
 class _HypersphereState(torch.optim.Optimizer):
     """Shared by MuonH and AdamH: the stored ``c_W`` and the sphere-projected weight update.
 
@@ -144,20 +169,8 @@ class Muon(torch.optim.Optimizer):
         weight_decay: float = 0.0,
         ns_steps: int = NS_STEPS,
     ) -> None:
-        _check_hyper("lr", lr)
-        _check_hyper("momentum", momentum, high=1.0)
-        _check_hyper("weight_decay", weight_decay)
-        defaults = {
-            "lr": lr,
-            "momentum": momentum,
-            "nesterov": nesterov,
-            "weight_decay": weight_decay,
-            "ns_steps": ns_steps,
-        }
-        super().__init__(params, defaults)
-        for group in self.param_groups:
-            _check_matrices(group["params"], "Muon")
-            group.setdefault("initial_lr", group["lr"])
+        super().__init__(params, _muon_defaults(lr, momentum, nesterov, weight_decay, ns_steps))
+        _init_matrix_groups(self, "Muon")
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -167,20 +180,12 @@ class Muon(torch.optim.Optimizer):
                 loss = closure()
         for group in self.param_groups:
             lr = float(group["lr"])
-            momentum = float(group["momentum"])
             peak = float(group["initial_lr"])
             decay = float(group["weight_decay"]) * (lr / peak if peak > 0 else 0.0)
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                g = p.grad
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p)
-                buf: torch.Tensor = state["momentum_buffer"]
-                buf.mul_(momentum).add_(g)
-                u = g.add(buf, alpha=momentum) if group["nesterov"] else buf
-                update = newton_schulz5(u, steps=int(group["ns_steps"]))
+                update = _muon_direction(self.state[p], p.grad, group)
                 if decay != 0.0:
                     p.mul_(1.0 - decay)
                 p.add_(update.to(p.dtype), alpha=-lr)
@@ -215,20 +220,8 @@ class MuonH(_HypersphereState):
         weight_decay: float = 0.0,
         ns_steps: int = NS_STEPS,
     ) -> None:
-        _check_hyper("lr", lr)
-        _check_hyper("momentum", momentum, high=1.0)
-        _check_hyper("weight_decay", weight_decay)
-        defaults = {
-            "lr": lr,
-            "momentum": momentum,
-            "nesterov": nesterov,
-            "weight_decay": weight_decay,
-            "ns_steps": ns_steps,
-        }
-        super().__init__(params, defaults)
-        for group in self.param_groups:
-            _check_matrices(group["params"], "MuonH")
-            group.setdefault("initial_lr", group["lr"])
+        super().__init__(params, _muon_defaults(lr, momentum, nesterov, weight_decay, ns_steps))
+        _init_matrix_groups(self, "MuonH")
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -238,19 +231,11 @@ class MuonH(_HypersphereState):
                 loss = closure()
         for group in self.param_groups:
             lr = float(group["lr"])
-            momentum = float(group["momentum"])
             for index, p in enumerate(group["params"]):
                 if p.grad is None:
                     continue
                 c_w = self._initial_norm(group, index, p)
-                g = p.grad
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p)
-                buf: torch.Tensor = state["momentum_buffer"]
-                buf.mul_(momentum).add_(g)
-                u = g.add(buf, alpha=momentum) if group["nesterov"] else buf
-                direction = newton_schulz5(u, steps=int(group["ns_steps"]))
+                direction = _muon_direction(self.state[p], p.grad, group)
                 self._sphere_update(p, direction, c_w, lr, float(group["weight_decay"]))
         return loss
 
@@ -285,9 +270,7 @@ class AdamH(_HypersphereState):
         _check_hyper("weight_decay", weight_decay)
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, defaults)
-        for group in self.param_groups:
-            _check_matrices(group["params"], "AdamH")
-            group.setdefault("initial_lr", group["lr"])
+        _init_matrix_groups(self, "AdamH")
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
