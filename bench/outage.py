@@ -73,46 +73,68 @@ def main() -> int:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
         proc = start(db, port)
-        sink = HttpSink(f"http://127.0.0.1:{port}", token=TOKEN, spool=Path(tmp) / "spool", close_timeout=120)
-        mon = hooks.attach(model, run="outage-bench", sink=sink, every=1)
-        step = 0
-
-        def phase(n: int) -> list[float]:
-            nonlocal step
-            times = []
-            for _ in range(n):
-                t = time.perf_counter()
-                logits = model(x)
-                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 64).float(), x.reshape(-1))
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                mon.step(step, loss=loss.detach(), lr=1e-3, tokens=step * 128)
-                times.append(time.perf_counter() - t)
-                step += 1
-            return times
-
-        phase(20)  # warm-up
-        up = phase(args.steps)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        down = phase(args.steps)
-        spooled = len(list((Path(tmp) / "spool" / "outage-bench" / "pending").glob("*.json")))
-        proc = start(db, port)
-        back = phase(args.steps)
-        mon.close()
-        proc.terminate()
-        proc.wait(15)
-        m_up, m_down, m_back = (statistics.median(t) * 1000 for t in (up, down, back))
-        print(f"outage step time (median, ms): down/up ratio {m_down / m_up:.3f} (down {m_down:.2f}, up {m_up:.2f})")
-        print(f"outage step time (median, ms): after-restart/up ratio {m_back / m_up:.3f} ({m_back:.2f} vs {m_up:.2f})")
-        p99 = [sorted(t)[int(0.99 * len(t))] * 1000 for t in (up, down)]
-        print(f"outage step time (p99, ms): down/up ratio {p99[1] / p99[0]:.3f} (down {p99[1]:.2f}, up {p99[0]:.2f})")
-        print(
-            f"outage: {spooled} batches were in the spool at the restart; undelivered after close: "
-            f"{len(list((Path(tmp) / 'spool' / 'outage-bench' / 'pending').glob('*.json')))}"
-        )
+        try:
+            run_phases(args.steps, model, opt, x, db, port, Path(tmp), proc)
+        finally:
+            if PROCS and PROCS[-1].poll() is None:
+                PROCS[-1].kill()
     return 0
+
+
+PROCS: list[subprocess.Popen[bytes]] = []  # the service processes started, to kill on any error
+
+
+def run_phases(
+    steps: int,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    x: torch.Tensor,
+    db: str,
+    port: int,
+    tmp: Path,
+    proc: subprocess.Popen[bytes],
+) -> None:
+    PROCS.append(proc)
+    sink = HttpSink(f"http://127.0.0.1:{port}", token=TOKEN, spool=tmp / "spool", close_timeout=120)
+    mon = hooks.attach(model, run="outage-bench", sink=sink, every=1)
+    step = 0
+
+    def phase(n: int) -> list[float]:
+        nonlocal step
+        times = []
+        for _ in range(n):
+            t = time.perf_counter()
+            logits = model(x).logits  # (B, T, V)
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 64), x[:, 1:].reshape(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            mon.step(step, loss=loss.detach(), lr=1e-3, tokens=step * 128)
+            times.append(time.perf_counter() - t)
+            step += 1
+        return times
+
+    phase(20)  # warm-up
+    up = phase(steps)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    down = phase(steps)
+    spooled = len(list((tmp / "spool" / "outage-bench" / "pending").glob("*.json")))
+    proc = start(db, port)
+    PROCS.append(proc)
+    back = phase(steps)
+    mon.close()
+    proc.terminate()
+    proc.wait(15)
+    m_up, m_down, m_back = (statistics.median(t) * 1000 for t in (up, down, back))
+    print(f"outage step time (median, ms): down/up ratio {m_down / m_up:.3f} (down {m_down:.2f}, up {m_up:.2f})")
+    print(f"outage step time (median, ms): after-restart/up ratio {m_back / m_up:.3f} ({m_back:.2f} vs {m_up:.2f})")
+    p99 = [sorted(t)[int(0.99 * len(t))] * 1000 for t in (up, down)]
+    print(f"outage step time (p99, ms): down/up ratio {p99[1] / p99[0]:.3f} (down {p99[1]:.2f}, up {p99[0]:.2f})")
+    print(
+        f"outage: {spooled} batches were in the spool at the restart; undelivered after close: "
+        f"{len(list((tmp / 'spool' / 'outage-bench' / 'pending').glob('*.json')))}"
+    )
 
 
 if __name__ == "__main__":

@@ -3,10 +3,15 @@
 Probes add 0-d device tensors into ``sums`` (L, N_SLOTS) and expert counts into ``experts``
 (L, E_max), each through a view made once at construction (an ``add_`` per value, no indexing
 ops on the hot path); element counts that follow from tensor shapes alone are kept on the host
-in ``host_counts`` (no device work, no synchronization). :meth:`Accumulator.pack` lays everything
-out in one flat float64 tensor, which is all-reduced once across data-parallel ranks (sums and
-counts add) and copied to the host once; :meth:`Accumulator.unpack` turns the host copy into
-per-layer values.
+in ``host_counts`` (no device work, no synchronization).
+
+Every device value lives in one flat float64 buffer, ``flat``: the per-layer sums, the expert
+counts, a region for the host counts, then the run-level slots (loss sum and count, which are
+reduced, and the gradient norm, which is not). :meth:`Accumulator.pack` writes the host counts
+in and returns the region that is all-reduced once across data-parallel ranks (sums and counts
+add); :meth:`Accumulator.take` copies the whole buffer to the host once (asynchronously into
+pinned memory on CUDA) and zeroes it; :meth:`Accumulator.unpack` turns the host copy into
+per-layer values. A logged step therefore costs a handful of ops, whatever the number of layers.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ N_SLOTS = 9
 # Host slots (counts that follow from shapes; ATTN_Z_ROWS: LSE rows known to have a softmax).
 ATTN_ELEMS, MLP_ELEMS, AUX_N, ATTN_Z_ROWS = range(4)
 N_HOST = 4
+# Run-level slots after the packed region: LOSS and LOSS_N are all-reduced, GRAD_NORM is not.
+LOSS, LOSS_N, GRAD_NORM = range(3)
+N_RUN = 3
 
 
 @dataclass
@@ -70,8 +78,13 @@ class Accumulator:
         self.n_layers = n_layers
         self.n_experts = list(n_experts)
         self.device = device
-        self.sums = torch.zeros((n_layers, N_SLOTS), dtype=torch.float64, device=device)
-        self.experts = torch.zeros((n_layers, max(1, max(n_experts))), dtype=torch.float64, device=device)
+        n_sums, n_exp = n_layers * N_SLOTS, n_layers * max(1, max(n_experts))
+        self.packed_size = n_sums + n_exp + n_layers * N_HOST
+        self.flat = torch.zeros(self.packed_size + N_RUN, dtype=torch.float64, device=device)
+        self.sums = self.flat[:n_sums].view(n_layers, N_SLOTS)
+        self.experts = self.flat[n_sums : n_sums + n_exp].view(n_layers, -1)
+        self._host = self.flat[n_sums + n_exp : self.packed_size]
+        self.run = list(self.flat[self.packed_size :].unbind())  # run[LOSS], run[LOSS_N], run[GRAD_NORM]
         self.host_counts = np.zeros((n_layers, N_HOST), dtype=np.int64)
         self._slot = [list(row.unbind()) for row in self.sums]  # _slot[layer][SLOT]: 0-d views
         self._experts = [self.experts[i, :n] for i, n in enumerate(self.n_experts)]
@@ -114,18 +127,46 @@ class Accumulator:
         self.host_counts[layer, AUX_N] += 1
 
     # -- once per logged step --
-    def pack(self) -> torch.Tensor:
-        """Everything in one flat float64 device tensor (the all-reduce and transfer unit)."""
-        host = torch.from_numpy(self.host_counts.astype(np.float64).reshape(-1))
-        return torch.cat([self.sums.reshape(-1), self.experts.reshape(-1), host.to(self.device)])
+    def record_loss(self, loss: float | torch.Tensor) -> None:
+        """This rank's loss of the step (averaged over ranks through the reduced count)."""
+        if isinstance(loss, torch.Tensor):
+            self.run[LOSS].copy_(loss.detach().reshape(()))
+        else:
+            self.run[LOSS].fill_(float(loss))
+        self.run[LOSS_N].fill_(1.0)
 
-    @property
-    def packed_size(self) -> int:
-        return self.sums.numel() + self.experts.numel() + self.host_counts.size
+    def record_grad_norm(self, grad_norm: float | torch.Tensor) -> None:
+        if isinstance(grad_norm, torch.Tensor):
+            self.run[GRAD_NORM].copy_(grad_norm.detach().reshape(()))
+        else:
+            self.run[GRAD_NORM].fill_(float(grad_norm))
+
+    def pack(self) -> torch.Tensor:
+        """The per-layer values and the loss, in one flat float64 device tensor (a view of ``flat``):
+        the all-reduce unit. :meth:`unpack` reads its first :attr:`packed_size` values."""
+        self._host.copy_(torch.from_numpy(self.host_counts.reshape(-1)))
+        return self.flat[: self.packed_size + GRAD_NORM]
+
+    def take(self, extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+        """Host copy of ``flat`` (after :meth:`pack`), followed by ``extra``; then reset.
+
+        On CUDA the copy goes asynchronously into pinned memory: wait for the returned event
+        before reading it (the emitter thread does). Elsewhere the event is None.
+        """
+        src = self.flat if extra is None else torch.cat([self.flat, extra.to(self.flat.dtype)])
+        event = None
+        if src.is_cuda:
+            host = torch.empty(src.shape, dtype=src.dtype, pin_memory=True)
+            host.copy_(src, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+        else:
+            host = src.clone() if extra is None else src  # torch.cat made a copy already
+        self.reset()
+        return host, event
 
     def reset(self) -> None:
-        self.sums.zero_()
-        self.experts.zero_()
+        self.flat.zero_()
         self.host_counts[:] = 0
 
     def unpack(self, flat: np.ndarray) -> list[LayerValues]:

@@ -8,6 +8,8 @@ training thread: one all-reduce of those buffers across data-parallel ranks (whe
 ``torch.distributed`` is initialized), one device-to-host copy (asynchronous into pinned memory
 on CUDA), and a reset. Everything else (turning sums into indicators, building points, the sink)
 happens on the monitor's emitter thread. Rank 0 emits; every rank must call ``step``.
+Between logged steps no hook is registered at all and the capture flags are off: the model
+runs PyTorch's plain call path, and ``step`` costs a few Python comparisons.
 
 Run-level values: ``loss`` (a float or a tensor; averaged over ranks), ``lr``, ``tokens``,
 ``grad_norm`` (pass the value ``clip_grad_norm_`` returns, which is the norm before clipping;
@@ -18,6 +20,7 @@ called, so call it before ``zero_grad``, and it is after clipping if you clip).
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 from collections.abc import Callable
@@ -29,7 +32,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hooks import indicators
-from hooks.accumulate import Accumulator, LayerValues
+from hooks.accumulate import GRAD_NORM, LOSS, LOSS_N, Accumulator, LayerValues
 from hooks.adapters import ModelPlan
 from hooks.probes import BranchProbe, BundledMoEProbe, Gate, InterceptProbe, KernelLseProbe, Probe, RouterProbe
 from hooks.schema import Batch, Point, validate_name
@@ -45,6 +48,16 @@ def _check_int(value: Any, field: str, lo: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
         raise ValueError(f"{field}: must be an integer >= {lo}, got {value!r}")
     return value
+
+
+def _check_scalar(value: Scalar | None, field: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{field}: must be a scalar; got a tensor of shape {tuple(value.shape)}")
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{field}: must be a number or a scalar tensor, got {type(value).__name__}")
 
 
 def _scalar_tensor(value: Scalar | None, field: str, device: torch.device) -> torch.Tensor | None:
@@ -95,6 +108,7 @@ class Monitor:
             n_experts[spec.index] = spec.n_experts
         self.acc = Accumulator(n_layers, n_experts, self.device)
         self.gate = Gate()
+        self._probes_armed = False
         self.probes: list[Probe] = []
         self._install(chunk_elements)
         self.weights = WeightTracker(plan.layers) if weights else None
@@ -134,10 +148,14 @@ class Monitor:
         log.warning("hooks: %s unavailable for run %r: %s", key, self.run.name, reason)
 
     def _arm(self, on: bool) -> None:
+        """Arm (register the hooks, set capture flags) or disarm; the probes are touched only when
+        the state changes, so a run of unlogged steps costs one comparison per step."""
+        if on != self._probes_armed:
+            for probe in self.probes:
+                probe.arm(on)
+            self._probes_armed = on
         self.gate.armed = on
-        for probe in self.probes:
-            probe.arm(on)
-        if on and self.weights is not None:
+        if on and self.weights is not None and self.sink is not None:
             self.weights.snapshot()
 
     # -- the training loop's calls --
@@ -211,6 +229,7 @@ class Monitor:
         for probe in self.probes:
             probe.remove()
         self.probes.clear()
+        self._probes_armed = False
 
     def close(self, status: str | None = "finished") -> None:
         """Detach, mark the run ``status`` (unless finish() was called), deliver, close the sink."""
@@ -245,36 +264,26 @@ class Monitor:
     def _flush_step(
         self, step: int, loss: Scalar | None, lr: float | None, tokens: int | None, grad_norm: Scalar | None
     ) -> None:
-        dev = self.device
-        loss_t = _scalar_tensor(loss, "loss", dev)
-        loss_pair = (
-            torch.stack([loss_t, torch.ones((), dtype=torch.float64, device=dev)])
-            if loss_t is not None
-            else (torch.zeros(2, dtype=torch.float64, device=dev))
-        )
-        reduced = torch.cat([self.acc.pack(), loss_pair])
+        acc = self.acc
+        _check_scalar(loss, "loss")
+        _check_scalar(grad_norm, "grad_norm")
+        if loss is not None:
+            acc.record_loss(loss)
+        reduced = acc.pack()
         if self.distributed:
             dist.all_reduce(reduced, group=self.process_group)
-        gn = _scalar_tensor(grad_norm, "grad_norm", dev)
+        gn: Scalar | None = grad_norm
         if gn is None and self.auto_grad_norm:
             gn = self._grad_norm()
-        local = [gn.reshape(1) if gn is not None else torch.full((1,), float("nan"), dtype=torch.float64, device=dev)]
+        acc.record_grad_norm(gn if gn is not None else math.nan)
         weight_names: list[tuple[int, str]] = []
-        if self.weights is not None:
-            w, weight_names = self.weights.measure(dev)
-            local.append(w)
-        full = torch.cat([reduced, *local])
-        self.acc.reset()
-        if self.sink is None:
+        if self.sink is None:  # ranks other than 0 only took part in the all-reduce
+            acc.reset()
             return
-        event = None
-        if full.is_cuda:
-            host = torch.empty(full.shape, dtype=full.dtype, pin_memory=True)
-            host.copy_(full, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-        else:
-            host = full.cpu()
+        extra = None
+        if self.weights is not None:
+            extra, weight_names = self.weights.measure(self.device)
+        host, event = acc.take(extra)  # the one device-to-host copy of the step; resets the buffers
         has_gn = gn is not None
 
         def job() -> None:
@@ -295,8 +304,8 @@ class Monitor:
     ) -> None:
         n = self.acc.packed_size
         layers = self.acc.unpack(flat[:n])
-        loss_sum, loss_n = float(flat[n]), float(flat[n + 1])
-        pos = n + 2
+        loss_sum, loss_n = float(flat[n + LOSS]), float(flat[n + LOSS_N])
+        pos = n + GRAD_NORM
         points: list[Point] = []
         for i, values in enumerate(layers):
             points += [Point(name, step, v, layer=i, tokens=tokens) for name, v in values.items()]

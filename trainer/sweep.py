@@ -106,6 +106,9 @@ def load_sweep(path: str | Path) -> Sweep:
     unknown = set(doc) - {"sweep", "base", "grid"}
     if unknown:
         raise ConfigError(f"sweep file {p}: unknown tables {sorted(unknown)}; use [sweep], [base] and [grid]")
+    for table in ("sweep", "base", "grid"):
+        if not isinstance(doc.get(table, {}), dict):
+            raise ConfigError(f"sweep file {p}: '{table}' must be a table ([{table}]), got {doc[table]!r}")
     meta = doc.get("sweep", {})
     bad = set(meta) - {"name", "server", "workers", "launcher", "out_dir"}
     if bad:
@@ -119,8 +122,14 @@ def load_sweep(path: str | Path) -> Sweep:
         if not isinstance(values, list) or not values:
             raise ConfigError(f"[grid] {axis}: must be a non-empty list of values")
     workers = meta.get("workers", 1)
-    if not isinstance(workers, int) or workers < 1:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"[sweep] workers: {workers!r}; must be an integer >= 1")
+    for key in ("server", "launcher", "out_dir"):
+        if not isinstance(meta.get(key, ""), str):
+            raise ConfigError(f"[sweep] {key}: {meta[key]!r}; must be a string")
+    for section, values in doc.get("base", {}).items():
+        if section != "preset" and not isinstance(values, dict):
+            raise ConfigError(f"[base] {section}: must be a table ([base.{section}]) of options")
     sweep = Sweep(
         name=name,
         base=doc.get("base", {}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 
 from hooks import indicators
 from hooks.accumulate import Accumulator
+from hooks.intercept import cpu_flash_with_lse
 
 
 def explicit_lse(q, k, mask=None, is_causal=False, scale=None, enable_gqa=False):  # type: ignore[no-untyped-def]
@@ -47,6 +49,66 @@ def test_attention_lse_bool_and_additive_masks_and_scale() -> None:
     torch.testing.assert_close(got.double(), explicit_lse(q, k, bias), rtol=1e-5, atol=1e-5)
 
 
+def test_attention_lse_half_precision_fully_masked_rows_and_infinite_scores() -> None:
+    torch.manual_seed(5)
+    q, k = torch.randn(2, 4, 9, 16) * 2, torch.randn(2, 2, 9, 16) * 2
+    ref = explicit_lse(q.bfloat16().float(), k.bfloat16().float(), is_causal=True, enable_gqa=True)
+    got = indicators.attention_lse(q.bfloat16(), k.bfloat16(), is_causal=True, enable_gqa=True, chunk_elements=40)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), ref, rtol=1e-2, atol=2e-2)  # scores rounded to bf16
+    mask = torch.ones(2, 1, 9, 9, dtype=torch.bool)
+    mask[0, 0, 3] = False  # query 3 of batch 0 sees no key: no softmax at all
+    got = indicators.attention_lse(q, k, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(got.double(), explicit_lse(q, k, mask, enable_gqa=True), rtol=1e-5, atol=1e-5)
+    assert torch.isneginf(got[0, :, 3]).all() and torch.isfinite(got[1]).all()
+    k[0, 0, 2, 0] = math.inf  # an infinite score is a training fact: LSE +inf, not NaN
+    got = indicators.attention_lse(q.abs(), k, is_causal=True, enable_gqa=True)
+    assert torch.isposinf(got[0, 0, 2:]).all()
+
+
+def test_cpu_flash_answers_sdpa_bit_identically_with_the_reference_lse() -> None:
+    """The SDPA interception's fast path: same output and gradients as SDPA, LSE as the reference."""
+    torch.manual_seed(6)
+    q, k, v = torch.randn(2, 4, 10, 8), torch.randn(2, 2, 10, 8), torch.randn(2, 2, 10, 8)
+    mask = torch.rand(2, 1, 10, 10) > 0.4
+    mask[..., 0] = True
+    mask[1, 0, 7] = False  # a fully masked query row
+    cases: list[tuple[dict[str, Any], torch.Tensor]] = [
+        ({"is_causal": True, "enable_gqa": True}, explicit_lse(q, k, is_causal=True, enable_gqa=True)),
+        ({"attn_mask": mask, "enable_gqa": True, "scale": 0.3}, explicit_lse(q, k, mask, scale=0.3, enable_gqa=True)),
+    ]
+    for kwargs, ref in cases:
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        want = F.scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], **kwargs)
+        want.square().sum().backward()
+        want_grads = [t.grad for t in leaves if t.grad is not None]
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        fused = cpu_flash_with_lse({"query": leaves[0], "key": leaves[1], "value": leaves[2], **kwargs})
+        assert fused is not None, kwargs
+        out, lse = fused
+        out.square().sum().backward()
+        assert torch.equal(out, want)
+        got_grads = [t.grad for t in leaves if t.grad is not None]
+        assert len(got_grads) == len(want_grads) == 3
+        assert all(torch.equal(a, b) for a, b in zip(got_grads, want_grads))
+        torch.testing.assert_close(lse.double(), ref, rtol=1e-5, atol=1e-5)
+    assert torch.isneginf(lse[1, :, 7]).all()  # the kernel says 0 there; no softmax means -inf
+    # Another backend would run (dropout: the math backend): the call is left to SDPA.
+    assert cpu_flash_with_lse({"query": q, "key": q, "value": q, "dropout_p": 0.5}) is None
+
+
+def test_accumulator_every_row_attends_fast_path_equals_the_general_z() -> None:
+    lse = torch.randn(2, 3, 17) * 4
+    acc = Accumulator(2, [0, 0], torch.device("cpu"))
+    acc.add_attention_lse(0, lse)
+    acc.add_attention_lse(1, lse, every_row_attends=True)
+    acc.add_attention_lse(1, lse[:1], every_row_attends=True)
+    values = acc.unpack(acc.pack().numpy())
+    both = torch.cat([lse, lse[:1]])
+    assert values[0].attention_z == pytest.approx(float(lse.double().square().mean()), rel=1e-6)
+    assert values[1].attention_z == pytest.approx(float(both.double().square().mean()), rel=1e-6)
+
+
 def test_attention_lse_rejects_head_mismatch_without_gqa() -> None:
     with pytest.raises(ValueError, match="enable_gqa"):
         indicators.attention_lse(torch.randn(1, 4, 3, 8), torch.randn(1, 2, 3, 8))
@@ -80,8 +142,24 @@ def test_branch_sums_bf16_and_nonfinite_are_faithful() -> None:
     sumsq, _ = indicators.branch_sums(x)
     assert math.isclose(float(sumsq), float(x.double().square().sum()), rel_tol=1e-5)
     x = torch.randn(4, 16)
-    x[0, 0] = math.inf
-    assert math.isinf(float(indicators.branch_sums(x)[0])) or math.isnan(float(indicators.branch_sums(x)[0]))
+    x[0, 0] = -math.inf
+    sumsq, outliers = indicators.branch_sums(x)
+    assert float(sumsq) == math.inf  # an infinite element: the sum of squares is infinite, not NaN
+    assert int(outliers) == 0  # the Inf token has no finite sigma; the other tokens are Gaussian
+    x[0, 0] = math.nan
+    assert math.isnan(float(indicators.branch_sums(x)[0]))
+
+
+def test_branch_sums_outliers_against_float64_on_large_and_shifted_tokens() -> None:
+    """Tokens with a large common offset (mean >> sigma) and heavy tails: exact count, exact rms."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 33, 128, generator=g) + 50.0 * torch.randn(6, 33, 1, generator=g)
+    x += (torch.rand(x.shape, generator=g) < 0.002) * 30.0  # sparse spikes
+    sumsq, outliers = indicators.branch_sums(x)
+    xd = x.double()
+    mean, sigma = xd.mean(-1, keepdim=True), xd.std(-1, correction=0, keepdim=True)
+    assert int(outliers) == int(((xd - mean).abs() > 5 * sigma).sum()) > 0
+    assert math.isclose(float(sumsq), float(xd.square().sum()), rel_tol=1e-6)
 
 
 def test_max_vio() -> None:

@@ -142,13 +142,14 @@ def test_a_batch_with_one_bad_point_stores_none_of_it(api: tuple[TestClient, Sql
 def test_huge_ids_and_query_numbers_are_never_5xx(api: tuple[TestClient, SqlStore]) -> None:
     client, _ = api
     huge = 10**30  # beyond any 64-bit integer column: must not reach the driver as an overflow
-    for path, params, must_refuse in [
+    cases: list[tuple[str, dict[str, str | int], bool]] = [
         (f"/api/v1/runs/{huge}", {}, True),
         (f"/api/v1/runs/{huge}/series", {"name": "loss"}, True),
         (f"/api/v1/groups/{huge}", {}, True),
         ("/api/v1/alerts", {"run_id": huge}, True),
         ("/api/v1/runs/1/series", {"name": "loss", "start": huge}, False),  # an empty range is an answer
-    ]:
+    ]
+    for path, params, must_refuse in cases:
         r = client.get(path, params=params)
         assert r.status_code < 500 and not any(leak in r.text for leak in LEAKS), (path, r.status_code, r.text[:200])
         assert (400 <= r.status_code < 500) or not must_refuse, (path, r.status_code)
