@@ -19,11 +19,10 @@ Rules (thresholds per group, see :class:`monitor.schemas.Thresholds`):
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from typing import Any
-
-import numpy as np
 
 from hooks.schema import Point, base_name, encode_value
 from monitor.store.base import Store
@@ -49,16 +48,29 @@ def thresholds_for(group_thresholds: dict[str, Any] | None) -> dict[str, float]:
     return merged
 
 
+def _median(ordered: Sequence[float]) -> float:
+    """Median of sorted values (the mean of the two middle ones for an even count, as numpy's)."""
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def is_spike(value: float, history: Sequence[float], th: dict[str, float], floor: float) -> tuple[bool, float | None]:
-    """(spike?, baseline median) of ``value`` against its trailing ``history`` (finite values only)."""
+    """(spike?, baseline median) of ``value`` against its trailing ``history`` (finite values only).
+
+    Plain Python on purpose: a window is ~50 values, where sorting a list beats numpy's per-call cost.
+    """
     if not math.isfinite(value) or value < floor:
         return False, None  # cheap exits first: most points are below the absolute minimum
-    arr = np.asarray(history, dtype=np.float64)
-    finite = arr[np.isfinite(arr)]
-    if finite.size < th["spike_min_points"]:
+    return _spike_sorted(value, sorted(v for v in history if math.isfinite(v)), th, floor)
+
+
+def _spike_sorted(value: float, finite: list[float], th: dict[str, float], floor: float) -> tuple[bool, float | None]:
+    """:func:`is_spike` given the history's finite values already sorted."""
+    if not math.isfinite(value) or value < floor or len(finite) < th["spike_min_points"]:
         return False, None
-    med = float(np.median(finite))
-    mad = float(np.median(np.abs(finite - med))) * MAD_TO_SIGMA
+    med = _median(finite)
+    mad = _median(sorted(abs(v - med) for v in finite)) * MAD_TO_SIGMA
     jump = value - med
     return (
         value >= floor and jump > th["spike_mad_multiple"] * mad and jump > th["spike_min_relative"] * abs(med),
@@ -69,7 +81,10 @@ def is_spike(value: float, history: Sequence[float], th: dict[str, float], floor
 def detect(
     store: Store, run_id: int, points: Sequence[Point], group_thresholds: dict[str, Any] | None
 ) -> list[NewAlert]:
-    """Alerts raised by a batch (after it is stored: the trailing windows are read from the store)."""
+    """Alerts raised by a batch (after it is stored: the trailing windows are read from the store).
+
+    The alerts of a z_spike series are in step order; the others follow the batch's point order.
+    """
     th = thresholds_for(group_thresholds)
     alerts: list[NewAlert] = []
     series: dict[tuple[str, int | None], list[Point]] = defaultdict(list)
@@ -107,12 +122,22 @@ def detect(
         if p.name in SPIKE_METRICS:
             series[(p.name, p.layer)].append(p)
     window = int(th["spike_window"])
-    for (name, layer), pts in series.items():
+    # A point below its metric's absolute minimum (or non-finite) is never a spike, whatever its
+    # history: only series with a candidate need their stored window (one read for all of them).
+    candidates = [
+        (key, pts)
+        for key, pts in series.items()
+        if any(math.isfinite(p.value) and p.value >= th[f"{key[0]}_min"] for p in pts)
+    ]
+    for _key, pts in candidates:
         pts.sort(key=lambda q: q.step)
-        history: deque[float] = deque(store.trailing_values(run_id, name, layer, pts[0].step, window), maxlen=window)
+    stored = store.trailing_windows(run_id, [(name, layer, pts[0].step) for (name, layer), pts in candidates], window)
+    for ((name, layer), pts), before in zip(candidates, stored):
+        history: deque[float] = deque(before, maxlen=window)
+        ordered = sorted(v for v in history if math.isfinite(v))  # kept sorted as the window slides
         floor = th[f"{name}_min"]
         for p in pts:
-            spike, med = is_spike(p.value, history, th, floor)
+            spike, med = _spike_sorted(p.value, ordered, th, floor)
             if spike:
                 assert med is not None
                 alerts.append(
@@ -128,5 +153,24 @@ def detect(
                         f"trailing median of {med:.4g}",
                     )
                 )
+            if len(history) == window:
+                _discard(ordered, history[0])
             history.append(p.value)
+            if math.isfinite(p.value):
+                insort(ordered, p.value)
     return alerts
+
+
+def _discard(ordered: list[float], old: float) -> None:
+    """Remove the window's oldest value from its sorted copy (the very value: -0.0 is not 0.0 here).
+
+    Equal values sit in arrival order (``sorted`` is stable, ``insort`` appends after equals), so
+    the first one with ``old``'s sign is ``old`` itself, and the sorted copy stays exactly
+    ``sorted(finite history)``.
+    """
+    if not math.isfinite(old):
+        return
+    i = bisect_left(ordered, old)
+    while math.copysign(1.0, ordered[i]) != math.copysign(1.0, old):
+        i += 1
+    del ordered[i]

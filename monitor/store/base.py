@@ -94,6 +94,12 @@ class Store(ABC):
     def trailing_values(self, run_id: int, name: str, layer: int | None, before_step: int, limit: int) -> list[float]:
         """The ``limit`` newest values strictly before ``before_step``, oldest first."""
 
+    @abstractmethod
+    def trailing_windows(
+        self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
+    ) -> list[list[float]]:
+        """:meth:`trailing_values` of many ``(name, layer, before_step)`` at once (one read), in ``keys`` order."""
+
     # alerts and exports
     @abstractmethod
     def add_alerts(self, run_id: int, alerts: Sequence[NewAlert]) -> list[NewAlert]:

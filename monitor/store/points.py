@@ -6,37 +6,36 @@ Semantics (also stated in the API docs):
   tokens: **last write wins** (a re-sent step is a correction, e.g. a replayed spool after a crash);
 - within one batch the last occurrence of a key wins.
 
-Rollups: after the points of a batch are written, every touched block of every level is recomputed
-from the level below (level 1 from the points), reading only the touched block ranges, so a batch
-costs O(points + 16 x touched blocks) and overwrites keep rollups exact.
+One batch is one transaction and costs a fixed handful of statements whatever its size: the batch
+id, the points (one set-based upsert that also says which keys it overwrote), the latest value of
+each series, the rollups of every level (one merge, see :mod:`monitor.store.rollups`) and the run's
+progress. Only blocks holding an overwritten key are recomputed from the level below.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import case, insert, select, text, update
+from sqlalchemy import case, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from hooks.schema import Point
-from monitor.store.models import (
-    ROLLUP_LEVELS,
-    RUN_LEVEL_LAYER,
-    IngestedBatchRow,
-    MetricPointRow,
-    MetricRollupRow,
-    RunRow,
-    SeriesLatestRow,
-)
+from monitor.store.bulk import bulk_write, upsert_sql
+from monitor.store.models import RUN_LEVEL_LAYER, IngestedBatchRow, RunRow
+from monitor.store.rollups import PointRow, SeriesKey, merge_rollups, refresh_rollups
 
-SeriesKey = tuple[int, int]  # (name_id, layer)
-Acc = list[Any]  # [n, min_step, min_tokens, min_value, max_step, max_tokens, max_value]
+_POINT_COLUMNS = ("run_id", "name_id", "layer", "step", "tokens", "value")
+_POINT_TYPES = ("int", "int", "int", "bigint", "bigint", "float8")
+_POINT_KEY = ("run_id", "name_id", "layer", "step")
+_POINT_SET = "tokens = excluded.tokens, value = excluded.value"
+_LATEST_COLUMNS = ("run_id", "name_id", "layer", "step", "value")
+_LATEST_TYPES = ("int", "int", "int", "bigint", "float8")
+_IN_CHUNK = 500  # keys per existence query (SQLite binds at most 32,766 parameters)
 
 
 def now_utc() -> datetime:
@@ -79,41 +78,61 @@ def batch_seen(conn: Connection, batch_id: str) -> int | None:
     return None if found is None else int(found[0])
 
 
-def write_points(
-    conn: Connection, run_id: int, batch_id: str, points: Sequence[Point], name_ids: dict[str, int]
-) -> None:
-    now = datetime.now(UTC)
-    conn.execute(
-        insert(IngestedBatchRow).values(batch_id=batch_id, run_id=run_id, n_points=len(points), received_at=now)
+def claim_batch(conn: Connection, run_id: int, batch_id: str, n_points: int) -> int | None:
+    """Record ``batch_id`` as stored by this transaction; None when it is new, else the first send's count.
+
+    One statement for the common case. On PostgreSQL a concurrent send of the same id waits here for
+    the first one to commit (then reads as a duplicate) or roll back (then claims it), so a batch id
+    is never stored twice and never answered with a database error.
+    """
+    ins = dialect_insert(conn, IngestedBatchRow.__table__).values(
+        batch_id=batch_id, run_id=run_id, n_points=n_points, received_at=now_utc()
     )
+    ins = ins.on_conflict_do_nothing(index_elements=["batch_id"]).returning(IngestedBatchRow.batch_id)
+    if conn.execute(ins).first() is not None:
+        return None
+    return batch_seen(conn, batch_id)
+
+
+def point_rows(points: Sequence[Point], name_ids: dict[str, int]) -> list[PointRow]:
+    """(name_id, layer, step, tokens, sql value) per distinct key, the last occurrence winning, key-sorted."""
+    rows: dict[tuple[int, int, int], PointRow] = {}
+    for p in points:
+        key = (name_ids[p.name], RUN_LEVEL_LAYER if p.layer is None else p.layer, p.step)
+        rows[key] = (*key, p.tokens, None if math.isnan(p.value) else p.value)
+    return [rows[k] for k in sorted(rows)]
+
+
+def write_points(conn: Connection, run_id: int, points: Sequence[Point], name_ids: dict[str, int]) -> None:
+    """Store the points of a claimed batch with their latest values, rollups and the run's progress."""
     if not points:
         return
-    rows: dict[tuple[int, int, int], dict[str, Any]] = {}
-    for p in points:
-        key = (name_ids[p.name], sql_layer(p.layer), p.step)
-        rows[key] = {
-            "run_id": run_id,
-            "name_id": key[0],
-            "layer": key[1],
-            "step": p.step,
-            "tokens": p.tokens,
-            "value": to_sql_value(p.value),
-        }
-    conn.execute(_upsert(conn.dialect.name, "metric_points"), list(rows.values()))
-    touched: dict[SeriesKey, set[int]] = defaultdict(set)
-    latest: dict[SeriesKey, dict[str, Any]] = {}
-    for (name_id, layer, step), row in rows.items():
-        touched[(name_id, layer)].add(step)
-        if (name_id, layer) not in latest or step >= latest[(name_id, layer)]["step"]:
-            latest[(name_id, layer)] = row
-    _write_latest(conn, run_id, latest)
-    refresh_rollups(conn, run_id, touched)
-    max_step = max(p.step for p in points)
+    rows = point_rows(points, name_ids)
+    overwritten = _upsert_points(conn, run_id, rows)
+    # rows are key-sorted: the last row of a series is its latest
+    latest = {(r[0], r[1]): (run_id, r[0], r[1], r[2], r[4]) for r in rows}
+    bulk_write(
+        conn,
+        "series_latest",
+        _LATEST_COLUMNS,
+        _LATEST_TYPES,
+        list(latest.values()),
+        ("run_id", "name_id", "layer"),
+        "step = excluded.step, value = excluded.value",
+        "excluded.step >= series_latest.step",
+    )
+    merge_rollups(conn, run_id, rows)
+    if overwritten:
+        touched: dict[SeriesKey, set[int]] = defaultdict(set)
+        for name_id, layer, step in overwritten:
+            touched[(name_id, layer)].add(step)
+        refresh_rollups(conn, run_id, touched)
+    max_step = max(r[2] for r in rows)
     conn.execute(
         update(RunRow)
         .where(RunRow.id == run_id)
         .values(
-            last_point_at=now,
+            last_point_at=now_utc(),
             last_step=case(
                 (RunRow.last_step.is_(None), max_step),
                 (RunRow.last_step < max_step, max_step),
@@ -123,106 +142,54 @@ def write_points(
     )
 
 
-def _write_latest(conn: Connection, run_id: int, latest: dict[SeriesKey, dict[str, Any]]) -> None:
-    conn.execute(
-        _upsert(conn.dialect.name, "series_latest"),
-        [
-            {"run_id": run_id, "name_id": k[0], "layer": k[1], "step": r["step"], "value": r["value"]}
-            for k, r in latest.items()
-        ],
-    )
-
-
-def _ranges(blocks: Iterable[int]) -> list[tuple[int, int]]:
-    """Sorted block numbers -> inclusive runs of consecutive numbers."""
-    out: list[tuple[int, int]] = []
-    for b in sorted(set(blocks)):
-        if out and b == out[-1][1] + 1:
-            out[-1] = (out[-1][0], b)
-        else:
-            out.append((b, b))
-    return out
-
-
-def _fold(acc: Acc | None, n: int, lo: tuple[Any, Any, Any], hi: tuple[Any, Any, Any]) -> Acc:
-    """Merge a (count, min point, max point) into an accumulator; NULL values (NaN) never win."""
-    if acc is None:
-        acc = [0, None, None, None, None, None, None]
-    acc[0] += n
-    if lo[2] is not None and (acc[3] is None or lo[2] < acc[3]):
-        acc[1], acc[2], acc[3] = lo
-    if hi[2] is not None and (acc[6] is None or hi[2] > acc[6]):
-        acc[4], acc[5], acc[6] = hi
-    return acc
-
-
-_POINTS_IN = text(
-    "SELECT step, tokens, value FROM metric_points "
-    "WHERE run_id = :r AND name_id = :n AND layer = :l AND step >= :a AND step < :b"
-)
-_ROLLUPS_IN = text(
-    "SELECT block, n_points, min_step, min_tokens, min_value, max_step, max_tokens, max_value "
-    "FROM metric_rollups WHERE run_id = :r AND name_id = :n AND layer = :l AND level = :v "
-    "AND block >= :a AND block < :b"
-)
-_ROLLUP_COLS = ("n_points", "min_step", "min_tokens", "min_value", "max_step", "max_tokens", "max_value")
-
-
-@lru_cache(maxsize=8)
-def _upsert(dialect: str, table_name: str) -> Any:
-    """The cached ON CONFLICT DO UPDATE statement of a table (built once per dialect)."""
-    mod: Any = postgresql if dialect == "postgresql" else sqlite
-    if table_name == "metric_points":
-        ins = mod.insert(MetricPointRow.__table__)
-        return ins.on_conflict_do_update(
-            index_elements=["run_id", "name_id", "layer", "step"],
-            set_={"tokens": ins.excluded.tokens, "value": ins.excluded.value},
+def _upsert_points(conn: Connection, run_id: int, rows: list[PointRow]) -> list[tuple[int, int, int]]:
+    """Upsert ``rows`` (last write wins); returns the keys that were already stored (overwritten)."""
+    full = [(run_id, *r) for r in rows]
+    if conn.dialect.name == "postgresql":
+        # xmax = 0 marks a row version this statement inserted; an ON CONFLICT update leaves our xid.
+        inner = upsert_sql(
+            "postgresql",
+            "metric_points",
+            _POINT_COLUMNS,
+            _POINT_TYPES,
+            _POINT_KEY,
+            _POINT_SET,
+            "",
+            "name_id, layer, step, xmax",
         )
-    if table_name == "series_latest":
-        table = SeriesLatestRow.__table__
-        ins = mod.insert(table)
-        return ins.on_conflict_do_update(
-            index_elements=["run_id", "name_id", "layer"],
-            set_={"step": ins.excluded.step, "value": ins.excluded.value},
-            where=ins.excluded.step >= table.c.step,
+        sql = f"WITH w AS ({inner}) SELECT name_id, layer, step FROM w WHERE NOT (xmax = 0)"
+        found = conn.exec_driver_sql(sql, tuple(list(col) for col in zip(*full)))
+        return [(int(n), int(la), int(s)) for n, la, s in found]
+    overwritten = _stored_keys_sqlite(conn, run_id, rows)  # one writer at a time: read-then-write is exact
+    bulk_write(conn, "metric_points", _POINT_COLUMNS, _POINT_TYPES, full, _POINT_KEY, _POINT_SET)
+    return overwritten
+
+
+def _stored_keys_sqlite(conn: Connection, run_id: int, rows: list[PointRow]) -> list[tuple[int, int, int]]:
+    """Keys of ``rows`` already in metric_points. Only steps at or before a series' latest step can be."""
+    name_ids = sorted({r[0] for r in rows})
+    latest: dict[SeriesKey, int] = {}
+    for i in range(0, len(name_ids), _IN_CHUNK):
+        chunk = name_ids[i : i + _IN_CHUNK]
+        sql = (
+            "SELECT name_id, layer, step FROM series_latest WHERE run_id = ? "
+            f"AND name_id IN ({', '.join('?' for _ in chunk)})"
         )
-    ins = mod.insert(MetricRollupRow.__table__)
-    return ins.on_conflict_do_update(
-        index_elements=["run_id", "name_id", "layer", "level", "block"],
-        set_={c: ins.excluded[c] for c in _ROLLUP_COLS},
-    )
-
-
-def refresh_rollups(conn: Connection, run_id: int, touched: dict[SeriesKey, set[int]]) -> None:
-    """Recompute the rollup blocks containing ``touched`` steps, level by level."""
-    prev_width = 1
-    for level, width in ROLLUP_LEVELS.items():
-        out_rows: list[dict[str, Any]] = []
-        ratio = width // prev_width
-        for (name_id, layer), steps in touched.items():
-            key = {"r": run_id, "n": name_id, "l": layer}
-            for b0, b1 in _ranges(s // width for s in steps):
-                accs: dict[int, Acc] = {}
-                if level == 1:
-                    rows = conn.execute(_POINTS_IN, {**key, "a": b0 * width, "b": (b1 + 1) * width})
-                    for step, tokens, value in rows:
-                        pt = (step, tokens, value)
-                        accs[step // width] = _fold(accs.get(step // width), 1, pt, pt)
-                else:
-                    rows = conn.execute(_ROLLUPS_IN, {**key, "v": level - 1, "a": b0 * ratio, "b": (b1 + 1) * ratio})
-                    for blk, n, s0, t0, v0, s1, t1, v1 in rows:
-                        accs[blk // ratio] = _fold(accs.get(blk // ratio), n, (s0, t0, v0), (s1, t1, v1))
-                for block, a in accs.items():
-                    out_rows.append(
-                        {
-                            "run_id": run_id,
-                            "name_id": name_id,
-                            "layer": layer,
-                            "level": level,
-                            "block": block,
-                            **dict(zip(_ROLLUP_COLS, a)),
-                        }
-                    )
-        if out_rows:
-            conn.execute(_upsert(conn.dialect.name, "metric_rollups"), out_rows)
-        prev_width = width
+        latest.update(((n, la), s) for n, la, s in conn.exec_driver_sql(sql, (run_id, *chunk)))
+    first = {(r[0], r[1]): r[2] for r in reversed(rows)}  # rows are key-sorted: each series' first step
+    suspects = {k for k, s in first.items() if k in latest and s <= latest[k]}
+    maybe: dict[SeriesKey, list[int]] = defaultdict(list)
+    if suspects:
+        for name_id, layer, step, _t, _v in rows:
+            if (name_id, layer) in suspects and step <= latest[(name_id, layer)]:
+                maybe[(name_id, layer)].append(step)
+    found: list[tuple[int, int, int]] = []
+    for (name_id, layer), steps in maybe.items():
+        for i in range(0, len(steps), _IN_CHUNK):
+            chunk = steps[i : i + _IN_CHUNK]
+            sql = (
+                "SELECT step FROM metric_points WHERE run_id = ? AND name_id = ? AND layer = ? "
+                f"AND step IN ({', '.join('?' for _ in chunk)})"
+            )
+            found.extend((name_id, layer, s) for (s,) in conn.exec_driver_sql(sql, (run_id, name_id, layer, *chunk)))
+    return found

@@ -37,10 +37,6 @@ from monitor.store.sql_series import SeriesMixin
 
 log = logging.getLogger(__name__)
 MAX_NAME_IDS = 32_767  # metric_names.id is SMALLINT
-_TRAILING = text(
-    "SELECT value FROM metric_points WHERE run_id = :r AND name_id = :n AND layer = :l "
-    "AND step < :s ORDER BY step DESC LIMIT :k"
-)
 
 
 class SqlStore(SeriesMixin, Store):

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, select, text
+from sqlalchemy import and_, select
 from sqlalchemy.engine import Connection, Engine
 
 from hooks.schema import Point
@@ -28,7 +28,7 @@ from monitor.store.models import AlertEventRow, MetricNameRow, ProjectRow, RunRo
 from monitor.store.points import (
     api_layer,
     as_utc,
-    batch_seen,
+    claim_batch,
     dialect_insert,
     from_sql_value,
     now_utc,
@@ -36,11 +36,7 @@ from monitor.store.points import (
     to_sql_value,
     write_points,
 )
-
-_TRAILING = text(
-    "SELECT value FROM metric_points WHERE run_id = :r AND name_id = :n AND layer = :l "
-    "AND step < :s ORDER BY step DESC LIMIT :k"
-)
+from monitor.store.trailing import trailing_windows
 
 
 class SeriesMixin:
@@ -58,11 +54,11 @@ class SeriesMixin:
     @retry_busy
     def ingest(self, run_id: int, batch_id: str, points: Sequence[Point]) -> IngestResult:
         with managed(self.engine, f"store batch {batch_id} of run {run_id}", write=True) as conn:
-            seen = batch_seen(conn, batch_id)
+            seen = claim_batch(conn, run_id, batch_id, len(points))
             if seen is not None:
                 return IngestResult(run_id=run_id, accepted=seen, duplicate=True)
             name_ids = {n: self._name_id(conn, n) for n in {p.name for p in points}}
-            write_points(conn, run_id, batch_id, points, name_ids)  # type: ignore[arg-type]
+            write_points(conn, run_id, points, name_ids)  # type: ignore[arg-type]
             return IngestResult(run_id=run_id, accepted=len(points), duplicate=False)
 
     def _series_params(self, conn: Connection, run_id: int, name: str, layer: int | None) -> dict[str, Any] | None:
@@ -130,17 +126,29 @@ class SeriesMixin:
             return [SeriesInfo(n, api_layer(la), s, from_sql_value(v)) for n, la, s, v in conn.execute(q)]
 
     def trailing_values(self, run_id: int, name: str, layer: int | None, before_step: int, limit: int) -> list[float]:
-        with managed(self.engine, f"read trailing window of {name}") as conn:
-            nid = self._name_id(conn, name, create=False)
-            if nid is None:
-                return []
-            rows = conn.execute(_TRAILING, {"r": run_id, "n": nid, "l": sql_layer(layer), "s": before_step, "k": limit})
-            return [from_sql_value(v) for (v,) in rows][::-1]
+        return self.trailing_windows(run_id, [(name, layer, before_step)], limit)[0]
+
+    def trailing_windows(
+        self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
+    ) -> list[list[float]]:
+        if not keys:
+            return []
+        with managed(self.engine, f"read trailing windows of {len(keys)} series of run {run_id}") as conn:
+            ids = {name: self._name_id(conn, name, create=False) for name in {k[0] for k in keys}}
+            known = [i for i, k in enumerate(keys) if ids[k[0]] is not None]
+            wanted = [(ids[keys[i][0]], sql_layer(keys[i][1]), keys[i][2]) for i in known]
+            found = trailing_windows(conn, run_id, wanted, limit)  # type: ignore[arg-type]
+        out: list[list[float]] = [[] for _ in keys]
+        for i, window in zip(known, found):
+            out[i] = [from_sql_value(v) for v in window]
+        return out
 
     # -- alerts and exports ----------------------------------------------------------------------
     @retry_busy
     def add_alerts(self, run_id: int, alerts: Sequence[NewAlert]) -> list[NewAlert]:
         new: list[NewAlert] = []
+        if not alerts:
+            return new
         with managed(self.engine, f"store alerts of run {run_id}", write=True) as conn:
             for a in alerts:
                 ins = dialect_insert(conn, AlertEventRow.__table__).values(

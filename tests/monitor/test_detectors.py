@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+import random
+import uuid
 
 from fastapi.testclient import TestClient
 
-from monitor.detectors import DEFAULT_THRESHOLDS, is_spike
+from hooks.schema import Point
+from monitor.detectors import DEFAULT_THRESHOLDS, detect, is_spike
+from monitor.store import SqlStore
 from tests.monitor.conftest import AUTH, create_run, post_points
 
 
@@ -68,3 +72,54 @@ def test_thresholds_per_group(client: TestClient) -> None:
     assert alert["layer"] == 1 and math.isclose(alert["value"], 0.8)
     bad = client.post("/api/v1/groups", json={"name": "x", "thresholds": {"spike_windw": 3}}, headers=AUTH)
     assert bad.status_code == 422 and "spike_windw" in bad.json()["message"]
+
+
+def _reference_alerts(
+    values: dict[int, float], batch_steps: list[int], th: dict[str, float]
+) -> list[tuple[int, float]]:
+    """is_spike applied point by point over every value stored before (the rule, written plainly)."""
+    out = []
+    window = int(th["spike_window"])
+    for step in batch_steps:
+        history = [values[s] for s in sorted(values) if s < step][-window:]
+        spike, med = is_spike(values[step], history, th, th["attention_z_min"])
+        if spike:
+            assert med is not None
+            out.append((step, med))
+    return out
+
+
+def test_sliding_window_detector_matches_the_rule_point_by_point(store: SqlStore) -> None:
+    """Batches read their windows from the store in one query and slide them: same alerts as the plain rule."""
+    rng = random.Random(7)
+    th = {**DEFAULT_THRESHOLDS, "spike_window": 12, "spike_min_points": 5, "attention_z_min": -1e9}
+    run, _ = store.upsert_run("default", "slide", {})
+    values: dict[int, float] = {}
+    pool = [0.0, -0.0, 1.0, 150.0, 151.0, 152.0, math.nan, math.inf, -math.inf, 900.0, -900.0]
+    got: list[tuple[int, float]] = []
+    want: list[tuple[int, float]] = []
+    for b in range(25):
+        steps = list(range(20 * b, 20 * b + 20))
+        batch = {s: rng.choice(pool) if rng.random() < 0.5 else 150.0 + rng.gauss(0, 2) for s in steps}
+        values.update(batch)
+        pts = [Point("attention_z", s, v, layer=1) for s, v in batch.items()]
+        store.ingest(run.id, uuid.uuid4().hex, pts)
+        got += [(a.step, a.baseline) for a in detect(store, run.id, pts, th) if a.rule == "z_spike"]  # type: ignore[misc]
+        want += _reference_alerts(values, steps, th)
+    assert len(want) >= 10
+    assert got == want
+    assert [math.copysign(1.0, b) for _s, b in got] == [math.copysign(1.0, b) for _s, b in want]
+
+
+def test_trailing_windows_of_many_series_in_one_read(store: SqlStore) -> None:
+    run, _ = store.upsert_run("default", "windows", {})
+    pts = [Point("attention_z", s, float(s * 1000 + layer), layer=layer) for layer in range(230) for s in range(6)]
+    pts += [Point("loss", s, math.nan if s == 3 else float(s)) for s in range(6)]
+    store.ingest(run.id, uuid.uuid4().hex, pts)
+    keys: list[tuple[str, int | None, int]] = [("attention_z", la, 4) for la in range(230)]  # > one statement
+    keys += [("loss", None, 5), ("router_z", 0, 9), ("attention_z", 999, 3), ("attention_z", 7, 0)]
+    windows = store.trailing_windows(run.id, keys, 3)
+    assert [windows[la] for la in (0, 229)] == [[1000.0, 2000.0, 3000.0], [1229.0, 2229.0, 3229.0]]
+    assert windows[230][:1] == [2.0] and math.isnan(windows[230][1]) and windows[230][2] == 4.0
+    assert windows[231:] == [[], [], []]  # unknown name, unknown layer, nothing before step 0
+    assert store.trailing_values(run.id, "attention_z", 5, 4, 10) == [5.0, 1005.0, 2005.0, 3005.0]

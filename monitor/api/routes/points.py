@@ -5,14 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Body, Query, Response
 
-from hooks.schema import Point
 from monitor.api.deps import SettingsDep, StoreDep, WriteAuth
 from monitor.core.errors import InvalidInputError
 from monitor.detectors import detect
 from monitor.prometheus import ALERTS_RAISED, BATCHES_INGESTED, POINTS_INGESTED
-from monitor.schemas import BatchIn, IngestOut, ProjectName
+from monitor.schemas import BatchBody, IngestOut, ProjectName
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["points"])
@@ -47,7 +46,7 @@ INGEST_DOC = """Store one batch of points (the hooks wire format).
     },
 )
 def ingest(
-    batch: BatchIn,
+    batch: Annotated[BatchBody, Body()],
     store: StoreDep,
     settings: SettingsDep,
     response: Response,
@@ -59,7 +58,7 @@ def ingest(
             "(HYPERWATCH_MAX_POINTS_PER_BATCH): split it into smaller batches"
         )
     run = store.find_run(project, batch.run)
-    points = [Point(p.name, p.step, p.value, p.layer, p.tokens) for p in batch.points]
+    points = batch.points
     result = store.ingest(run.id, batch.batch_id, points)
     BATCHES_INGESTED.labels("duplicate" if result.duplicate else "stored").inc()
     new_alerts = 0
@@ -68,7 +67,7 @@ def ingest(
     else:
         POINTS_INGESTED.inc(result.accepted)
         thresholds = store.get_group(run.group_id).thresholds if run.group_id is not None else None
-        stored = store.add_alerts(run.id, detect(store, run.id, points, thresholds))
+        stored = store.add_alerts(run.id, detect(store, run.id, points, thresholds))  # no write when none
         for alert in stored:
             ALERTS_RAISED.labels(alert.rule).inc()
             log.info("alert %s on %s/%s: %s", alert.rule, run.project, run.name, alert.message)

@@ -1,0 +1,135 @@
+"""Rollups stay exact under incremental maintenance: random batches, overwrites, NaN/Inf, ties, concurrency.
+
+The reference is a brute-force summary of ``metric_points`` per block and level (count, the minimum and
+the maximum point, NaN never winning, ties to the earlier step); every stored rollup row must equal it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import uuid
+from typing import Any
+
+from sqlalchemy import text
+
+from hooks.schema import Point
+from monitor.store import SqlStore
+from monitor.store.models import ROLLUP_LEVELS
+from monitor.store.rollups import batch_summaries
+
+Row = tuple[Any, ...]
+
+
+def brute_force(store: SqlStore) -> dict[tuple[int, int, int, int, int], Row]:
+    with store.engine.connect() as conn:
+        points = conn.execute(text("SELECT run_id, name_id, layer, step, tokens, value FROM metric_points")).all()
+    out: dict[tuple[int, int, int, int, int], list[Any]] = {}
+    for run_id, name_id, layer, step, tokens, value in sorted(points, key=lambda r: (r[0], r[1], r[2], r[3])):
+        for level, width in ROLLUP_LEVELS.items():
+            acc = out.setdefault(
+                (run_id, name_id, layer, level, step // width), [0, None, None, None, None, None, None]
+            )
+            acc[0] += 1
+            if value is not None and (acc[3] is None or value < acc[3]):  # ascending steps: ties keep the first
+                acc[1:4] = [step, tokens, value]
+            if value is not None and (acc[6] is None or value > acc[6]):
+                acc[4:7] = [step, tokens, value]
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def stored(store: SqlStore) -> dict[tuple[int, int, int, int, int], Row]:
+    sql = (
+        "SELECT run_id, name_id, layer, level, block, n_points, min_step, min_tokens, min_value, "
+        "max_step, max_tokens, max_value FROM metric_rollups"
+    )
+    with store.engine.connect() as conn:
+        return {tuple(r[:5]): tuple(r[5:]) for r in conn.execute(text(sql))}
+
+
+def _value(rng: random.Random) -> float:
+    roll = rng.random()
+    if roll < 0.04:
+        return math.nan
+    if roll < 0.06:
+        return rng.choice([math.inf, -math.inf])
+    return float(rng.choice([1.0, 2.0, 2.0, 3.0, -1.0, 0.0, -0.0]) if roll < 0.3 else round(rng.gauss(0, 10), 1))
+
+
+def test_batch_summaries_fold_the_levels_with_nan_never_winning() -> None:
+    rows = [(1, 0, 3, 30, None), (1, 0, 5, 50, 2.0), (1, 0, 17, 170, 2.0), (1, 0, 20, 200, -math.inf)]
+    got = {(r[3], r[4]): r[5:] for r in batch_summaries(7, rows)}
+    assert got[(1, 0)] == (2, 5, 50, 2.0, 5, 50, 2.0)  # the NaN point counts but is no extreme
+    assert got[(1, 1)] == (2, 20, 200, -math.inf, 17, 170, 2.0)
+    assert got[(2, 0)] == (4, 20, 200, -math.inf, 5, 50, 2.0)  # the tie at 2.0: the earlier step
+    assert got[(3, 0)] == got[(2, 0)]
+
+
+def test_random_batches_with_overwrites_keep_every_block_exact(store: SqlStore) -> None:
+    rng = random.Random(20250101)
+    run, _ = store.upsert_run("default", "exact", {})
+    other, _ = store.upsert_run("default", "other", {})
+    for i in range(40):
+        if i % 3 == 0:  # appending, as training does
+            start = 300 * i
+            steps = list(range(start, start + rng.randint(1, 300)))
+        else:  # re-sending old steps (overwrites), out of order, with repeats inside the batch
+            steps = [rng.randrange(0, 300 * (i + 1)) for _ in range(rng.randint(1, 120))]
+        pts = [
+            Point(rng.choice(["attention_z", "loss"]), s, _value(rng), layer=rng.choice([None, 0, 1]), tokens=s * 3)
+            for s in steps
+        ]
+        store.ingest(rng.choice([run.id, other.id]), uuid.uuid4().hex, pts)
+    expected = brute_force(store)
+    assert len(expected) > 100
+    got = stored(store)
+    assert got.keys() == expected.keys()
+    for key, want in expected.items():
+        assert _same(got[key], want), (key, got[key], want)
+
+
+def test_overwrite_lowering_the_maximum_is_recomputed(store: SqlStore) -> None:
+    run, _ = store.upsert_run("default", "lower", {})
+    store.ingest(run.id, uuid.uuid4().hex, [Point("loss", s, 1.0 + (s == 5) * 99.0) for s in range(20)])
+    store.ingest(run.id, uuid.uuid4().hex, [Point("loss", 5, 0.5), Point("loss", 100, math.nan)])
+    got = stored(store)
+    block0 = next(v for k, v in got.items() if k[3:] == (1, 0))
+    assert block0[0] == 16 and block0[3] == 0.5 and block0[6] == 1.0 and block0[4] == 0  # min 0.5 @5, max 1.0 @0
+    assert got == brute_force(store)
+
+
+def test_concurrent_writers_of_the_same_blocks_stay_exact(store: SqlStore) -> None:
+    """Writers interleave on the same series and blocks, some re-sending others' steps (PostgreSQL: in parallel)."""
+    run, _ = store.upsert_run("default", "busy", {})
+    errors: list[BaseException] = []
+
+    def writer(k: int) -> None:
+        rng = random.Random(k)
+        try:
+            for _ in range(6):
+                steps = [rng.randrange(0, 600) for _ in range(80)]
+                pts = [Point("attention_z", s, _value(rng), layer=s % 2, tokens=k) for s in steps]
+                store.ingest(run.id, uuid.uuid4().hex, pts)
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    expected = brute_force(store)
+    got = stored(store)
+    assert got.keys() == expected.keys()
+    for key, want in expected.items():
+        assert _same(got[key], want), (key, got[key], want)
+
+
+def _same(a: Row, b: Row) -> bool:
+    """Equal rows; -0.0 == 0.0 as the databases compare them, so the step decides the tie as in SQL."""
+    return all(
+        x == y or (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
+        for x, y in zip(a, b)
+    )
