@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from trainer.config import preset
+from trainer.config import build_config
 from trainer.data import DataConfig, TokenLoader, load_corpus
 from trainer.model import Transformer
 from trainer.optim import build_optimizers
@@ -36,7 +36,10 @@ def make_step(model: Transformer, opt_step: object, zero_grad: object, loader: T
 
 
 def bench_one(name: str, moe: bool, args: argparse.Namespace, tokens: torch.Tensor) -> None:
-    cfg = preset("tiny", depth=args.depth, moe=moe, vocab_size=257).model
+    arm = "hyperp_moe" if moe else "hyperp"  # the arm decides whether the MLP is an MoE
+    model = {"depth": args.depth, "vocab_size": 257}
+    cfg = build_config({"preset": "tiny", "optim": {"arm": arm}, "model": model}).model
+    assert cfg.moe == moe
     device = torch.device(args.device)
     torch.manual_seed(0)
     base = Transformer(cfg).to(device)

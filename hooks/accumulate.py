@@ -27,9 +27,9 @@ from hooks import indicators
 # Device slots (sums, and counts that depend on the data).
 ATTN_Z, ATTN_Z_N, ROUTER_Z, ROUTER_Z_N, ATTN_SQ, ATTN_OUT, MLP_SQ, MLP_OUT, AUX = range(9)
 N_SLOTS = 9
-# Host slots (counts that follow from shapes; ATTN_Z_ROWS: LSE rows known to have a softmax).
-ATTN_ELEMS, MLP_ELEMS, AUX_N, ATTN_Z_ROWS = range(4)
-N_HOST = 4
+# Host slots (counts that follow from shapes; *_ROWS: LSE rows known to have a softmax).
+ATTN_ELEMS, MLP_ELEMS, AUX_N, ATTN_Z_ROWS, ROUTER_Z_ROWS = range(5)
+N_HOST = 5
 # Run-level slots after the packed region: LOSS and LOSS_N are all-reduced, GRAD_NORM is not.
 LOSS, LOSS_N, GRAD_NORM = range(3)
 N_RUN = 3
@@ -87,6 +87,8 @@ class Accumulator:
         self.run = list(self.flat[self.packed_size :].unbind())  # run[LOSS], run[LOSS_N], run[GRAD_NORM]
         self.host_counts = np.zeros((n_layers, N_HOST), dtype=np.int64)
         self._slot = [list(row.unbind()) for row in self.sums]  # _slot[layer][SLOT]: 0-d views
+        # (attention, mlp) views of the adjacent (sum of squares, outliers) slots of each layer
+        self._pair = [(row[ATTN_SQ : ATTN_OUT + 1], row[MLP_SQ : MLP_OUT + 1]) for row in self.sums]
         self._experts = [self.experts[i, :n] for i, n in enumerate(self.n_experts)]
 
     # -- what probes call (on the training thread, inside forward, armed steps only) --
@@ -102,28 +104,28 @@ class Accumulator:
         self._slot[layer][ATTN_Z_N].add_(n)
 
     def add_router_logits(self, layer: int, logits: torch.Tensor) -> None:
-        total, n = indicators.z_sums(indicators.router_lse(logits))
-        self._slot[layer][ROUTER_Z].add_(total)
-        self._slot[layer][ROUTER_Z_N].add_(n)
+        """Router Z: every token has a softmax over all its logits, so the row count is the shape's
+        (a token whose logits are all -inf has LSE^2 = +inf: a diverged router, reported as such)."""
+        lse = indicators.router_lse(logits)
+        self._slot[layer][ROUTER_Z].add_(lse.square().sum())
+        self.host_counts[layer, ROUTER_Z_ROWS] += lse.numel()
 
     def add_branch(self, layer: int, branch: str, output: torch.Tensor) -> None:
-        sumsq, outliers = indicators.branch_sums(output)
-        slots = self._slot[layer]
+        """Sum of squares and outlier count of a branch output: one add into two adjacent slots."""
+        per_token = indicators.branch_token_sums(output)
         if branch == "attention":
-            slots[ATTN_SQ].add_(sumsq)
-            slots[ATTN_OUT].add_(outliers)
+            self._pair[layer][0].add_(per_token.sum(dim=0, dtype=torch.float64))
             self.host_counts[layer, ATTN_ELEMS] += output.numel()
         else:
-            slots[MLP_SQ].add_(sumsq)
-            slots[MLP_OUT].add_(outliers)
+            self._pair[layer][1].add_(per_token.sum(dim=0, dtype=torch.float64))
             self.host_counts[layer, MLP_ELEMS] += output.numel()
 
     def add_expert_counts(self, layer: int, counts: torch.Tensor) -> None:
         n = self.n_experts[layer]
-        self._experts[layer].add_(counts.detach()[:n])
+        self._experts[layer].add_(counts if counts.numel() == n else counts[:n])
 
     def add_aux_loss(self, layer: int, aux: torch.Tensor) -> None:
-        self._slot[layer][AUX].add_(aux.detach().reshape(()))
+        self._slot[layer][AUX].add_(aux.detach() if aux.dim() == 0 else aux.detach().reshape(()))
         self.host_counts[layer, AUX_N] += 1
 
     # -- once per logged step --
@@ -183,8 +185,9 @@ class Accumulator:
             z_rows = s[ATTN_Z_N] + h[ATTN_Z_ROWS]
             if z_rows > 0:
                 v.attention_z = float(s[ATTN_Z] / z_rows)
-            if s[ROUTER_Z_N] > 0:
-                v.router_z = float(s[ROUTER_Z] / s[ROUTER_Z_N])
+            router_rows = s[ROUTER_Z_N] + h[ROUTER_Z_ROWS]
+            if router_rows > 0:
+                v.router_z = float(s[ROUTER_Z] / router_rows)
             if h[ATTN_ELEMS] > 0:
                 v.attention_rms = math.sqrt(s[ATTN_SQ] / h[ATTN_ELEMS]) if s[ATTN_SQ] >= 0 else math.nan
                 v.attention_outlier_ratio = float(s[ATTN_OUT] / h[ATTN_ELEMS])

@@ -47,34 +47,36 @@ def lse_square_sum(lse: torch.Tensor) -> torch.Tensor:
     return lse.square().sum()
 
 
-def branch_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum of x^2, number of 5-sigma outliers) of a branch output (..., hidden).
+def branch_token_sums(x: torch.Tensor) -> torch.Tensor:
+    """Per token of a branch output (..., hidden): [sum of x^2, number of 5-sigma outliers], (N, 2).
 
     Per token t (hidden size C): mean m_t; squared deviations e = (x - m_t)^2, in fp32 also for
     bf16/fp16 inputs (the subtraction promotes: no separate conversion pass), written in place;
-    S_t = sum of e over the token (two-pass variance: no cancellation); variance S_t / C. Then
-    sum_j x_j^2 = S_t + C m_t^2, and an outlier is e > 25 S_t / C, i.e. |x - m_t| > 5 sigma_t.
-    The comparison is written in place into e as 1.0/0.0 (a comparison into a float tensor is
-    several times faster than into bool on CPU) and counted per token first, so the float32
-    sums of ones stay exact. Passes over the elements: mean, subtract, square, sum, compare,
-    count; everything else is per token.
+    S_t = sum of e (two-pass variance: no cancellation). Then sum_j x_j^2 = S_t + C m_t^2, and an
+    outlier is e > 25 S_t / C, i.e. |x - m_t| > 5 sigma_t. The comparison is written in place
+    into e as 1.0/0.0 (a comparison into a float tensor is several times faster than into bool
+    on CPU); per-token counts of ones are exact in fp32. S_t is a nansum: a token holding +-Inf
+    has an infinite mean, so its deviations are Inf (and one NaN), and its sum of squares must
+    come out Inf, not NaN; a token holding NaN keeps a NaN mean, so its sum of squares stays NaN.
+
+    Passes over the elements: mean, subtract, square, sum, compare, count; ten ops in all.
     """
     x = x.detach()
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     hidden = x.shape[-1]
     mean = x.mean(dim=-1, keepdim=True, dtype=acc)
-    sq_dev = x - mean
+    sq_dev = (x - mean).square_()
     if sq_dev.dtype != acc:  # integer or exotic inputs
         sq_dev = sq_dev.to(acc)
-    sq_dev.square_()
-    dev_sum = sq_dev.sum(dim=-1, keepdim=True)
-    mean_sq = mean.square()
-    # fmax: a token holding +-Inf has an Inf mean and NaN deviations; its sum of squares is Inf.
-    per_token = torch.fmax(torch.add(dev_sum, mean_sq, alpha=hidden), mean_sq)
-    sumsq = per_token.sum(dtype=torch.float64)
-    threshold = dev_sum * (OUTLIER_SIGMAS * OUTLIER_SIGMAS / hidden)
-    outliers = sq_dev.gt_(threshold).sum(dim=-1).sum(dtype=torch.float64)
-    return sumsq, outliers
+    dev_sum = sq_dev.nansum(dim=-1, keepdim=True)
+    outliers = sq_dev.gt_(dev_sum * (OUTLIER_SIGMAS * OUTLIER_SIGMAS / hidden)).sum(dim=-1, keepdim=True)
+    return torch.cat([torch.addcmul(dev_sum, mean, mean, value=hidden), outliers], dim=-1).view(-1, 2)
+
+
+def branch_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of x^2, number of 5-sigma outliers) of a branch output (..., hidden), float64 0-d."""
+    total = branch_token_sums(x).sum(dim=0, dtype=torch.float64)
+    return total[0], total[1]
 
 
 def router_lse(logits: torch.Tensor) -> torch.Tensor:

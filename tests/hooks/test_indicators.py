@@ -109,6 +109,15 @@ def test_accumulator_every_row_attends_fast_path_equals_the_general_z() -> None:
     assert values[1].attention_z == pytest.approx(float(both.double().square().mean()), rel=1e-6)
 
 
+def test_router_z_of_a_diverged_router_is_infinite_not_dropped() -> None:
+    acc = Accumulator(1, [2], torch.device("cpu"))
+    acc.add_router_logits(0, torch.tensor([[1.0, 2.0], [3.0, 0.5]]))
+    ref = float(torch.logsumexp(torch.tensor([[1.0, 2.0], [3.0, 0.5]]), -1).square().mean())
+    assert acc.unpack(acc.pack().numpy())[0].router_z == pytest.approx(ref, rel=1e-6)
+    acc.add_router_logits(0, torch.tensor([[-math.inf, -math.inf]]))  # LSE -inf: Z = +inf
+    assert acc.unpack(acc.pack().numpy())[0].router_z == math.inf
+
+
 def test_attention_lse_rejects_head_mismatch_without_gqa() -> None:
     with pytest.raises(ValueError, match="enable_gqa"):
         indicators.attention_lse(torch.randn(1, 4, 3, 8), torch.randn(1, 2, 3, 8))
