@@ -7,6 +7,7 @@ quickly: it runs on the monitor's emitter thread, never on the network's time.
 
 from __future__ import annotations
 
+import abc
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -76,14 +77,15 @@ class RunInfo:
         return cls(name=obj["name"], config=config, fields=fields)
 
 
-class Sink:
+class Sink(abc.ABC):
     """Base sink: every method but ``write`` is optional."""
 
     def start(self, run: RunInfo) -> None:
         return None
 
+    @abc.abstractmethod
     def write(self, batch: Batch) -> None:
-        raise NotImplementedError
+        """Deliver one batch (or queue it for delivery); never block training on the network."""
 
     def finish(self, status: str) -> None:
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, select
 from sqlalchemy.engine import Connection, Engine
@@ -44,11 +44,11 @@ class SeriesMixin:
 
     engine: Engine
 
-    def _name_id(self, conn: Connection, name: str, create: bool = True) -> int | None:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # provided by SqlStore
 
-    def _get_run(self, conn: Connection, run_id: int) -> Run:
-        raise NotImplementedError
+        def _name_id(self, conn: Connection, name: str, create: bool = True) -> int | None: ...
+
+        def _get_run(self, conn: Connection, run_id: int) -> Run: ...
 
     # -- points ----------------------------------------------------------------------------------
     @retry_busy
