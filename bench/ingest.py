@@ -17,11 +17,8 @@ import argparse
 import contextlib
 import json
 import math
-import os
-import socket
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +30,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.service_process import serve_process
 from monitor.store import SqlStore, migrate
 from monitor.store.rollups import refresh_rollups
 
@@ -44,36 +42,9 @@ PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 NAMES = {"attention_z": 40.0, "router_z": 20.0, "attention_rms": 0.5, "mlp_rms": 0.5, "max_vio": 0.3}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def serve(url: str) -> Iterator[str]:
+def serve(url: str) -> contextlib.AbstractContextManager[str]:
     """``hyperwatch serve`` as its own process (the client's work never shares the service's GIL)."""
-    port = _free_port()
-    env = {**os.environ, "HYPERWATCH_WRITE_TOKEN": TOKEN, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "hyperwatch", "serve", "--db", url, "--port", str(port), "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"hyperwatch serve did not start (exit code {proc.poll()})")
-            time.sleep(0.1)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    return serve_process(url, TOKEN)
 
 
 def rows(n: int, layers: int = 16) -> list[tuple[str, int, int, float]]:

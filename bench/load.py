@@ -25,15 +25,13 @@ import json
 import math
 import os
 import queue
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +40,8 @@ from sqlalchemy import create_engine, text
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.service_process import serve_process  # noqa: E402
 
 TOKEN = "bench-load-token-0123456789abcdef"
 PG_ADMIN = os.environ.get("HYPERWATCH_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -64,12 +64,6 @@ class Result:
             return math.nan
         xs = sorted(self.latencies)
         return xs[min(len(xs) - 1, int(q * len(xs)))]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -101,32 +95,9 @@ def database(kind: str) -> Iterator[str]:
         admin.dispose()
 
 
-@contextmanager
-def service(db_url: str) -> Iterator[str]:
+def service(db_url: str) -> AbstractContextManager[str]:
     """``hyperwatch serve`` as a child process on a free localhost port."""
-    port = _free_port()
-    env = {**os.environ, "HYPERWATCH_WRITE_TOKEN": TOKEN, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "hyperwatch", "serve", "--db", db_url, "--port", str(port), "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"hyperwatch serve did not start (exit code {proc.poll()})")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    return serve_process(db_url, TOKEN)
 
 
 def body(run: str, i: int, points: int) -> bytes:
