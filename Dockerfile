@@ -1,5 +1,5 @@
 # The HyperWatch service image (used by docker-compose.yml). The project depends on torch; the CPU
-# wheel keeps the image small enough. Editable install: migrations/ stays next to monitor/.
+# wheel keeps the image small enough. hyperwatch/ links the top-level folders into one namespace.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
@@ -14,7 +14,7 @@ COPY monitor ./monitor
 COPY trainer ./trainer
 COPY web ./web
 COPY migrations ./migrations
-RUN pip install -e . && useradd --create-home --uid 10001 hyperwatch
+RUN pip install -e '.[server]' && useradd --create-home --uid 10001 hyperwatch
 
 USER hyperwatch
 EXPOSE 8000

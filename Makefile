@@ -7,11 +7,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint unit install sysdeps clean bench
 
-$(STAMP): pyproject.toml
+# The package declares torch as a range; development and CI pin it through constraints.txt.
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt torch
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

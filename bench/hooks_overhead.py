@@ -39,9 +39,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import hooks
-from trainer.config import build_config
-from trainer.optim import OptimizerSet, build_optimizers
+from hyperwatch import hooks
+from hyperwatch.trainer.config import build_config
+from hyperwatch.trainer.optim import OptimizerSet, build_optimizers
 
 VOCAB = 257  # the tiny preset's byte tokenizer
 
@@ -60,7 +60,7 @@ def _optimizers(model: nn.Module, depth: int, width: int) -> OptimizerSet:
 
 
 def bundled(depth: int, moe: bool, seq: int, device: str) -> Trainee:
-    from trainer.model import Transformer
+    from hyperwatch.trainer.model import Transformer
 
     sections: dict[str, Any] = {
         "preset": "tiny",
@@ -248,7 +248,7 @@ class HookTimers:
 
 def profile(name: str, build: Callable[[], Trainee], args: argparse.Namespace) -> None:
     """Where the hooks' time goes at every=1: CPU time inside each hook function per step."""
-    from hooks import accumulate, intercept, monitor
+    from hyperwatch.hooks import accumulate, intercept, monitor
 
     t = build()
     mon = hooks.attach(t.model, run="bench", sink=hooks.MemorySink(), every=1)

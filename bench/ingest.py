@@ -31,8 +31,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.service_process import serve_process
-from monitor.store import SqlStore, migrate
-from monitor.store.rollups import refresh_rollups
+from hyperwatch.monitor.store import SqlStore, migrate
+from hyperwatch.monitor.store.rollups import refresh_rollups
 
 REPO = Path(__file__).resolve().parents[1]
 

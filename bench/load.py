@@ -69,7 +69,7 @@ class Result:
 @contextmanager
 def database(kind: str) -> Iterator[str]:
     """A fresh migrated database: a SQLite file in a temporary folder, or a new PostgreSQL database."""
-    from monitor.store import SqlStore, migrate
+    from hyperwatch.monitor.store import SqlStore, migrate
 
     if kind == "sqlite":
         with tempfile.TemporaryDirectory() as tmp:

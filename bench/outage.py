@@ -29,10 +29,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import hooks  # noqa: E402
-from hooks.sinks import HttpSink  # noqa: E402
-from monitor.store import SqlStore, migrate  # noqa: E402
-from trainer.model import ModelConfig, Transformer  # noqa: E402
+from hyperwatch import hooks  # noqa: E402
+from hyperwatch.hooks.sinks import HttpSink  # noqa: E402
+from hyperwatch.monitor.store import SqlStore, migrate  # noqa: E402
+from hyperwatch.trainer.model import ModelConfig, Transformer  # noqa: E402
 
 TOKEN = "bench-outage-token-0123456789"
 

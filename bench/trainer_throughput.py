@@ -16,10 +16,10 @@ import time
 
 import torch
 
-from trainer.config import build_config
-from trainer.data import DataConfig, TokenLoader, load_corpus
-from trainer.model import Transformer
-from trainer.optim import build_optimizers
+from hyperwatch.trainer.config import build_config
+from hyperwatch.trainer.data import DataConfig, TokenLoader, load_corpus
+from hyperwatch.trainer.model import Transformer
+from hyperwatch.trainer.optim import build_optimizers
 
 
 def make_step(model: Transformer, opt_step: object, zero_grad: object, loader: TokenLoader, device: torch.device):

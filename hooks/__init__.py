@@ -17,21 +17,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "AdapterError": "hooks.adapters",
-    "attach": "hooks.attach",
-    "make_sink": "hooks.attach",
-    "Monitor": "hooks.monitor",
-    "METRICS": "hooks.schema",
-    "Batch": "hooks.schema",
-    "Point": "hooks.schema",
-    "SchemaError": "hooks.schema",
-    "FanOut": "hooks.sinks",
-    "HttpSink": "hooks.sinks",
-    "JsonlSink": "hooks.sinks",
-    "MemorySink": "hooks.sinks",
-    "RunInfo": "hooks.sinks",
-    "Sink": "hooks.sinks",
-    "SinkError": "hooks.sinks",
+    "AdapterError": "hyperwatch.hooks.adapters",
+    "attach": "hyperwatch.hooks.attach",
+    "make_sink": "hyperwatch.hooks.attach",
+    "Monitor": "hyperwatch.hooks.monitor",
+    "METRICS": "hyperwatch.hooks.schema",
+    "Batch": "hyperwatch.hooks.schema",
+    "Point": "hyperwatch.hooks.schema",
+    "SchemaError": "hyperwatch.hooks.schema",
+    "FanOut": "hyperwatch.hooks.sinks",
+    "HttpSink": "hyperwatch.hooks.sinks",
+    "JsonlSink": "hyperwatch.hooks.sinks",
+    "MemorySink": "hyperwatch.hooks.sinks",
+    "RunInfo": "hyperwatch.hooks.sinks",
+    "Sink": "hyperwatch.hooks.sinks",
+    "SinkError": "hyperwatch.hooks.sinks",
 }
 
 __all__ = [
@@ -53,11 +53,11 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from hooks.adapters import AdapterError
-    from hooks.attach import attach, make_sink
-    from hooks.monitor import Monitor
-    from hooks.schema import METRICS, Batch, Point, SchemaError
-    from hooks.sinks import FanOut, HttpSink, JsonlSink, MemorySink, RunInfo, Sink, SinkError
+    from hyperwatch.hooks.adapters import AdapterError
+    from hyperwatch.hooks.attach import attach, make_sink
+    from hyperwatch.hooks.monitor import Monitor
+    from hyperwatch.hooks.schema import METRICS, Batch, Point, SchemaError
+    from hyperwatch.hooks.sinks import FanOut, HttpSink, JsonlSink, MemorySink, RunInfo, Sink, SinkError
 
 
 def __getattr__(name: str) -> Any:

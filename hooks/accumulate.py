@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from hooks import indicators
+from hyperwatch.hooks import indicators
 
 # Device slots (sums, and counts that depend on the data).
 ATTN_Z, ATTN_Z_N, ROUTER_Z, ROUTER_Z_N, ATTN_SQ, ATTN_OUT, MLP_SQ, MLP_OUT, AUX = range(9)

@@ -11,12 +11,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hooks import indicators
-from hooks.adapters import discover
-from hooks.monitor import Monitor
-from hooks.sinks.base import FanOut, RunInfo, Sink, SinkError
-from hooks.sinks.http import HttpSink
-from hooks.sinks.jsonl import JsonlSink
+from hyperwatch.hooks import indicators
+from hyperwatch.hooks.adapters import discover
+from hyperwatch.hooks.monitor import Monitor
+from hyperwatch.hooks.sinks.base import FanOut, RunInfo, Sink, SinkError
+from hyperwatch.hooks.sinks.http import HttpSink
+from hyperwatch.hooks.sinks.jsonl import JsonlSink
 
 SinkSpec = Sink | str | os.PathLike[str] | list[Any] | tuple[Any, ...]
 

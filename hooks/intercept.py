@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from hooks import indicators
+from hyperwatch.hooks import indicators
 
 log = logging.getLogger(__name__)
 

@@ -31,13 +31,21 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hooks import indicators
-from hooks.accumulate import GRAD_NORM, LOSS, LOSS_N, Accumulator, LayerValues
-from hooks.adapters import ModelPlan
-from hooks.probes import BranchProbe, BundledMoEProbe, Gate, InterceptProbe, KernelLseProbe, Probe, RouterProbe
-from hooks.schema import Batch, Point, validate_name
-from hooks.sinks.base import RunInfo, Sink
-from hooks.weights import WeightTracker
+from hyperwatch.hooks import indicators
+from hyperwatch.hooks.accumulate import GRAD_NORM, LOSS, LOSS_N, Accumulator, LayerValues
+from hyperwatch.hooks.adapters import ModelPlan
+from hyperwatch.hooks.probes import (
+    BranchProbe,
+    BundledMoEProbe,
+    Gate,
+    InterceptProbe,
+    KernelLseProbe,
+    Probe,
+    RouterProbe,
+)
+from hyperwatch.hooks.schema import Batch, Point, validate_name
+from hyperwatch.hooks.sinks.base import RunInfo, Sink
+from hyperwatch.hooks.weights import WeightTracker
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from hooks import indicators
-from hooks.accumulate import Accumulator
-from hooks.intercept import AttentionZMode
+from hyperwatch.hooks import indicators
+from hyperwatch.hooks.accumulate import Accumulator
+from hyperwatch.hooks.intercept import AttentionZMode
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hooks.schema import Batch, SchemaError
-from hooks.sinks import client
-from hooks.sinks.base import RunInfo, SinkError
-from hooks.sinks.folder import (
+from hyperwatch.hooks.schema import Batch, SchemaError
+from hyperwatch.hooks.sinks import client
+from hyperwatch.hooks.sinks.base import RunInfo, SinkError
+from hyperwatch.hooks.sinks.folder import (
     DROPPED_FILE,
     JSONL_FILE,
     RUN_FILE,

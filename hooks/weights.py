@@ -16,7 +16,7 @@ import re
 import torch
 from torch import nn
 
-from hooks.adapters import LayerSpec
+from hyperwatch.hooks.adapters import LayerSpec
 
 _PART = re.compile(r"[^A-Za-z0-9_]")
 

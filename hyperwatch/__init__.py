@@ -1,8 +1,9 @@
 """HyperWatch: training-stability monitoring across model scales.
 
-This small package holds only the command-line front door; the product lives in the
-top-level packages ``trainer`` (bundled HyperP trainer), ``hooks`` (indicators and sinks),
-``monitor`` (service) and ``web`` (dashboards).
+One import namespace: ``hyperwatch.hooks`` (indicators and sinks; needs only torch and numpy),
+``hyperwatch.monitor`` (service), ``hyperwatch.web`` (dashboards) and ``hyperwatch.trainer``
+(bundled HyperP trainer). In the repository these are the top-level folders, linked here.
+Importing ``hyperwatch`` itself imports nothing else.
 """
 
 __version__ = "0.1.0"

@@ -14,15 +14,21 @@ from collections.abc import Sequence
 
 # name -> (module, one-line help). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("trainer.cli_train", "train one model (TOML config plus --key value overrides)"),
-    "size": ("trainer.sizes", "parameters, tokens and FLOPs of a model size, without allocating it"),
-    "data": ("trainer.data_cli", "prepare token shards (train a BPE tokenizer locally, write uint16 shards)"),
-    "sweep": ("trainer.sweep", "a grid of runs across depth, LR, tokens, arm, S and k, streaming into the service"),
-    "demo": ("trainer.demo", "the main job: a small cross-scale sweep, streamed and summarised"),
-    "fit": ("monitor.analysis.cli", "scaling analysis: optimal LR, power laws, scaling laws, sensitivity"),
-    "serve": ("monitor.cli", "run the monitoring service"),
-    "db": ("monitor.db_cli", "database schema commands (upgrade, current)"),
-    "upload": ("hooks.upload", "replay an offline JSONL folder or an HTTP spool into the service"),
+    "train": ("hyperwatch.trainer.cli_train", "train one model (TOML config plus --key value overrides)"),
+    "size": ("hyperwatch.trainer.sizes", "parameters, tokens and FLOPs of a model size, without allocating it"),
+    "data": (
+        "hyperwatch.trainer.data_cli",
+        "prepare token shards (train a BPE tokenizer locally, write uint16 shards)",
+    ),
+    "sweep": (
+        "hyperwatch.trainer.sweep",
+        "a grid of runs across depth, LR, tokens, arm, S and k, streaming into the service",
+    ),
+    "demo": ("hyperwatch.trainer.demo", "the main job: a small cross-scale sweep, streamed and summarised"),
+    "fit": ("hyperwatch.monitor.analysis.cli", "scaling analysis: optimal LR, power laws, scaling laws, sensitivity"),
+    "serve": ("hyperwatch.monitor.cli", "run the monitoring service"),
+    "db": ("hyperwatch.monitor.db_cli", "database schema commands (upgrade, current)"),
+    "upload": ("hyperwatch.hooks.upload", "replay an offline JSONL folder or an HTTP spool into the service"),
 }
 
 

@@ -19,7 +19,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def _url(arg: str | None) -> str:
     import os
 
-    from monitor.core.config import DEFAULT_DATABASE_URL
+    from hyperwatch.monitor.core.config import DEFAULT_DATABASE_URL
 
     return arg or os.environ.get("HYPERWATCH_DATABASE_URL") or DEFAULT_DATABASE_URL
 
@@ -27,8 +27,8 @@ def _url(arg: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from monitor.store import migrate
-    from monitor.store.engine import make_engine
+    from hyperwatch.monitor.store import migrate
+    from hyperwatch.monitor.store.engine import make_engine
 
     url = _url(args.db)
     if not url.startswith(("sqlite:", "postgresql+")):

@@ -24,9 +24,9 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 from typing import Any
 
-from hooks.schema import Point, base_name, encode_value
-from monitor.store.base import Store
-from monitor.store.entities import NewAlert
+from hyperwatch.hooks.schema import Point, base_name, encode_value
+from hyperwatch.monitor.store.base import Store
+from hyperwatch.monitor.store.entities import NewAlert
 
 DEFAULT_THRESHOLDS: dict[str, float] = {
     "spike_window": 50,

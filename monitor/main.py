@@ -14,14 +14,14 @@ from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hyperwatch import __version__
-from monitor.api.middleware import BodySizeLimit, RequestTiming
-from monitor.api.routes import API_ROUTERS, health
-from monitor.core.config import Settings
-from monitor.core.errors import MonitorError
-from monitor.prometheus import DATABASE_ERRORS, build_registry
-from monitor.store import SqlStore, Store
-from monitor.store.engine import DB_ERRORS_HOOK
-from web.router import router as web_router
+from hyperwatch.monitor.api.middleware import BodySizeLimit, RequestTiming
+from hyperwatch.monitor.api.routes import API_ROUTERS, health
+from hyperwatch.monitor.core.config import Settings
+from hyperwatch.monitor.core.errors import MonitorError
+from hyperwatch.monitor.prometheus import DATABASE_ERRORS, build_registry
+from hyperwatch.monitor.store import SqlStore, Store
+from hyperwatch.monitor.store.engine import DB_ERRORS_HOOK
+from hyperwatch.web.router import router as web_router
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"

@@ -22,8 +22,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from monitor.core.errors import MonitorError
-from monitor.store.base import Store
+from hyperwatch.monitor.core.errors import MonitorError
+from hyperwatch.monitor.store.base import Store
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from hooks.schema import (
+from hyperwatch.hooks.schema import (
     MAX_LAYER,
     MAX_POINTS_PER_BATCH,
     MAX_STEP,

@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 
-from trainer.config import ConfigError, load_config
+from hyperwatch.trainer.config import ConfigError, load_config
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
-    from trainer.train import Trainer
+    from hyperwatch.trainer.train import Trainer
 
     try:
         trainer = Trainer(cfg)

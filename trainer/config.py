@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from trainer.data import DataConfig
-from trainer.schedule import head_multiplier, residual_multiplier
+from hyperwatch.trainer.data import DataConfig
+from hyperwatch.trainer.schedule import head_multiplier, residual_multiplier
 
 
 class ConfigError(ValueError):

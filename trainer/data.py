@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from trainer.data_errors import DataError
-from trainer.loader import TokenLoader, iter_eval_batches
-from trainer.packed import (
+from hyperwatch.trainer.data_errors import DataError
+from hyperwatch.trainer.loader import TokenLoader, iter_eval_batches
+from hyperwatch.trainer.packed import (
     find_packed_files,
     read_header,
     read_packed,
@@ -45,8 +45,8 @@ from trainer.packed import (
     token_dtype,
     write_packed,
 )
-from trainer.sources import list_source_files, read_documents
-from trainer.tokenizer import Tokenizer, encode_documents, load_tokenizer
+from hyperwatch.trainer.sources import list_source_files, read_documents
+from hyperwatch.trainer.tokenizer import Tokenizer, encode_documents, load_tokenizer
 
 __all__ = [
     "SOURCES",

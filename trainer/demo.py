@@ -23,8 +23,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from trainer.config import ConfigError
-from trainer.sweep import Sweep, SweepRun, load_sweep, run_sweep
+from hyperwatch.trainer.config import ConfigError
+from hyperwatch.trainer.sweep import Sweep, SweepRun, load_sweep, run_sweep
 
 BARS = " ▁▂▃▄▅▆▇█"
 DEMO_SWEEP = Path(__file__).resolve().parent.parent / "configs" / "cpu" / "demo_moe_depth.toml"

@@ -25,10 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.attention import causal_attention
-from trainer.config import ModelConfig
-from trainer.layers import RMSNorm, SwiGLU, apply_rope, rope_tables
-from trainer.moe import MoE
+from hyperwatch.trainer.attention import causal_attention
+from hyperwatch.trainer.config import ModelConfig
+from hyperwatch.trainer.layers import RMSNorm, SwiGLU, apply_rope, rope_tables
+from hyperwatch.trainer.moe import MoE
 
 
 class Attention(nn.Module):

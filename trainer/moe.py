@@ -28,8 +28,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.config import ModelConfig
-from trainer.layers import SwiGLU
+from hyperwatch.trainer.config import ModelConfig
+from hyperwatch.trainer.layers import SwiGLU
 
 
 def max_vio(counts: torch.Tensor) -> torch.Tensor:

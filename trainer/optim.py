@@ -30,9 +30,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.newton_schulz import newton_schulz5
-from trainer.optimizers import AdamH, Muon, MuonH
-from trainer.schedule import (
+from hyperwatch.trainer.newton_schulz import newton_schulz5
+from hyperwatch.trainer.optimizers import AdamH, Muon, MuonH
+from hyperwatch.trainer.schedule import (
     ARMS,
     BASE_DEPTH,
     BASE_TOKENS,

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from trainer.config import Config
-    from trainer.sizes import ModelSize
+    from hyperwatch.trainer.config import Config
+    from hyperwatch.trainer.sizes import ModelSize
 
 
 def git_sha() -> str | None:

@@ -20,7 +20,7 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 
-from trainer.config import ModelConfig
+from hyperwatch.trainer.config import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.config import SECTIONS, ConfigError, build_config, parse_scalar
+from hyperwatch.trainer.config import SECTIONS, ConfigError, build_config, parse_scalar
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def _finished(folder: Path) -> dict[str, Any] | None:
 def _mark_failed(sweep: Sweep, run: SweepRun) -> None:
     if not sweep.server.startswith(("http://", "https://")):
         return
-    from hooks.sinks.client import api, request
+    from hyperwatch.hooks.sinks.client import api, request
 
     body = {"name": run.name, "group": sweep.name, "status": "failed"}
     resp = request("POST", api(sweep.server, "/api/v1/runs"), body, token=sweep.token or None)

@@ -27,14 +27,14 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer.config import Config, ConfigError
-from trainer.data import Corpus, load_corpus
-from trainer.loader import TokenLoader, iter_eval_batches
-from trainer.model import Transformer
-from trainer.optim import build_optimizers
-from trainer.runinfo import environment, run_name
-from trainer.schedule import linear_decay
-from trainer.sizes import ModelSize, model_size
+from hyperwatch.trainer.config import Config, ConfigError
+from hyperwatch.trainer.data import Corpus, load_corpus
+from hyperwatch.trainer.loader import TokenLoader, iter_eval_batches
+from hyperwatch.trainer.model import Transformer
+from hyperwatch.trainer.optim import build_optimizers
+from hyperwatch.trainer.runinfo import environment, run_name
+from hyperwatch.trainer.schedule import linear_decay
+from hyperwatch.trainer.sizes import ModelSize, model_size
 
 log = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint.pt"
@@ -315,7 +315,7 @@ class Trainer:
         """Attach the hooks on every rank (they all-reduce once per logged step; rank 0 emits)."""
         if not self.cfg.log.sink:
             return None
-        import hooks
+        from hyperwatch import hooks
 
         record = self.run_record()
         fields = {k: v for k, v in record.items() if k not in ("config", "environment")}
@@ -411,8 +411,8 @@ class Trainer:
         (self.out_dir / "summary.json").write_text(json.dumps({"run": self.run, "status": status, **summary}))
         sink = self.cfg.log.sink
         if sink.startswith(("http://", "https://")):
-            from hooks.schema import encode_value
-            from hooks.sinks.client import api, request
+            from hyperwatch.hooks.schema import encode_value
+            from hyperwatch.hooks.sinks.client import api, request
 
             body = {
                 "name": self.run,

@@ -14,9 +14,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from monitor.analysis import AnalysisError, fit_group, jsonable, stability_verdict
-from monitor.api.deps import ReadAuth, SettingsDep, StoreDep
-from monitor.api.routes.analysis import (
+from hyperwatch.monitor.analysis import AnalysisError, fit_group, jsonable, stability_verdict
+from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep
+from hyperwatch.monitor.api.routes.analysis import (
     STABILITY_INDICATORS,
     Agg,
     TokenMap,
@@ -25,11 +25,11 @@ from monitor.api.routes.analysis import (
     group_runs,
     stability_values,
 )
-from monitor.core.errors import InvalidInputError
-from monitor.schemas import MetricName
-from monitor.store.base import Store
-from monitor.store.entities import Run, SeriesInfo
-from web.figures import (
+from hyperwatch.monitor.core.errors import InvalidInputError
+from hyperwatch.monitor.schemas import MetricName
+from hyperwatch.monitor.store.base import Store
+from hyperwatch.monitor.store.entities import Run, SeriesInfo
+from hyperwatch.web.figures import (
     RunLine,
     XAxis,
     XAxisError,
@@ -39,8 +39,8 @@ from web.figures import (
     stability_figure,
     x_values,
 )
-from web.scale import colours, esc, labels, order_by_size, size_of
-from web.sweeps import sweeps_payload
+from hyperwatch.web.scale import colours, esc, labels, order_by_size, size_of
+from hyperwatch.web.sweeps import sweeps_payload
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/ui/data", tags=["web"], dependencies=[ReadAuth], include_in_schema=False)

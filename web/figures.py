@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from monitor.api.routes.analysis import AggSeries
-from monitor.store.entities import Alert, LayerMatrix, Run
-from web.scale import NONFINITE_COLOUR, esc, human_count
+from hyperwatch.monitor.api.routes.analysis import AggSeries
+from hyperwatch.monitor.store.entities import Alert, LayerMatrix, Run
+from hyperwatch.web.scale import NONFINITE_COLOUR, esc, human_count
 
 XAxis = Literal["step", "tokens", "flops", "fraction"]
 X_TITLES = {"step": "step", "tokens": "training tokens", "flops": "training FLOPs", "fraction": "fraction of training"}

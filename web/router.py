@@ -21,8 +21,8 @@ from typing import ClassVar
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 
-from monitor.core.errors import NotFoundError
-from web import data, pages
+from hyperwatch.monitor.core.errors import NotFoundError
+from hyperwatch.web import data, pages
 
 STATIC_DIR = Path(__file__).parent / "static"
 CSP = (

@@ -11,7 +11,7 @@ import html
 import math
 from collections.abc import Sequence
 
-from monitor.store.entities import Run
+from hyperwatch.monitor.store.entities import Run
 
 # Viridis, dark (small models) to light (large models), stopping short of the pale yellow end
 # that vanishes on a white background.

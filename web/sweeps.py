@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from monitor.analysis import GroupAnalysis, LRFit, PowerLawFit, ScalingComparison, ScalingLawFit
-from web.figures import NONFINITE_COLOUR, base_layout, nonfinite_trace
-from web.scale import esc, human_count
+from hyperwatch.monitor.analysis import GroupAnalysis, LRFit, PowerLawFit, ScalingComparison, ScalingLawFit
+from hyperwatch.web.figures import NONFINITE_COLOUR, base_layout, nonfinite_trace
+from hyperwatch.web.scale import esc, human_count
 
 _QUALITATIVE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 _SWEEP_STOPS = ("#440154", "#3e4989", "#26828e", "#35b779", "#b5de2b")

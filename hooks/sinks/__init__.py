@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hooks.sinks.base import RUN_FIELDS, FanOut, MemorySink, RunInfo, Sink, SinkError
-from hooks.sinks.http import HttpSink
-from hooks.sinks.jsonl import JsonlSink
+from hyperwatch.hooks.sinks.base import RUN_FIELDS, FanOut, MemorySink, RunInfo, Sink, SinkError
+from hyperwatch.hooks.sinks.http import HttpSink
+from hyperwatch.hooks.sinks.jsonl import JsonlSink
 
 __all__ = ["RUN_FIELDS", "FanOut", "HttpSink", "JsonlSink", "MemorySink", "RunInfo", "Sink", "SinkError"]

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from hooks.schema import Batch, Point, validate_run_name
+from hyperwatch.hooks.schema import Batch, Point, validate_run_name
 
 log = logging.getLogger(__name__)
 

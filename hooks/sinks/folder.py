@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hooks.schema import Batch, Point, SchemaError, validate_run_name
+from hyperwatch.hooks.schema import Batch, Point, SchemaError, validate_run_name
 
 log = logging.getLogger(__name__)
 

@@ -40,10 +40,10 @@ import threading
 import time
 from pathlib import Path
 
-from hooks.schema import Batch, SchemaError
-from hooks.sinks import client
-from hooks.sinks.base import RunInfo, Sink, SinkError
-from hooks.sinks.folder import (
+from hyperwatch.hooks.schema import Batch, SchemaError
+from hyperwatch.hooks.sinks import client
+from hyperwatch.hooks.sinks.base import RunInfo, Sink, SinkError
+from hyperwatch.hooks.sinks.folder import (
     DROPPED_FILE,
     PENDING_DIR,
     REJECTED_DIR,

@@ -11,9 +11,9 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from hooks.schema import Batch
-from hooks.sinks.base import RunInfo, Sink, SinkError
-from hooks.sinks.folder import JSONL_FILE, RUN_FILE, read_json, run_folder, write_json_atomic
+from hyperwatch.hooks.schema import Batch
+from hyperwatch.hooks.sinks.base import RunInfo, Sink, SinkError
+from hyperwatch.hooks.sinks.folder import JSONL_FILE, RUN_FILE, read_json, run_folder, write_json_atomic
 
 
 class JsonlSink(Sink):

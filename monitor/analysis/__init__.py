@@ -13,12 +13,12 @@ wire spelling of non-finite numbers), so every consumer can import it without a 
 Every result is a frozen dataclass with ``to_json()``; bad input raises :class:`AnalysisError`.
 """
 
-from monitor.analysis._common import AnalysisError, jsonable
-from monitor.analysis.csvio import CSVError, Table, read_csv
-from monitor.analysis.group import GroupAnalysis, RunPoint, SweepFit, TransferLaw, fit_group, parse_run
-from monitor.analysis.lr import R2_THRESHOLD, LRFit, fit_optimal_lr
-from monitor.analysis.powerlaw import PowerLawFit, fit_power_law
-from monitor.analysis.scaling import (
+from hyperwatch.monitor.analysis._common import AnalysisError, jsonable
+from hyperwatch.monitor.analysis.csvio import CSVError, Table, read_csv
+from hyperwatch.monitor.analysis.group import GroupAnalysis, RunPoint, SweepFit, TransferLaw, fit_group, parse_run
+from hyperwatch.monitor.analysis.lr import R2_THRESHOLD, LRFit, fit_optimal_lr
+from hyperwatch.monitor.analysis.powerlaw import PowerLawFit, fit_power_law
+from hyperwatch.monitor.analysis.scaling import (
     FLOOR_MIN_POINTS,
     LeveragePoint,
     ScalingComparison,
@@ -27,8 +27,8 @@ from monitor.analysis.scaling import (
     fit_scaling_law,
     leverage,
 )
-from monitor.analysis.sensitivity import Sensitivity, SensitivityRow, lr_sensitivity
-from monitor.analysis.stability import IndicatorVerdict, SeriesVerdict, StabilityReport, stability_verdict
+from hyperwatch.monitor.analysis.sensitivity import Sensitivity, SensitivityRow, lr_sensitivity
+from hyperwatch.monitor.analysis.stability import IndicatorVerdict, SeriesVerdict, StabilityReport, stability_verdict
 
 __all__ = [
     "FLOOR_MIN_POINTS",

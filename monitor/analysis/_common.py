@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hooks.schema import encode_value
+from hyperwatch.hooks.schema import encode_value
 
 FloatArray = npt.NDArray[np.float64]
 Floats = Sequence[float] | npt.NDArray[Any]

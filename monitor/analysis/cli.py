@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from monitor.analysis._common import AnalysisError, jsonable
-from monitor.analysis.csvio import CSVError, Table, read_csv
-from monitor.analysis.lr import R2_THRESHOLD, LRFit, fit_optimal_lr
-from monitor.analysis.powerlaw import fit_power_law
-from monitor.analysis.scaling import compare_methods
-from monitor.analysis.sensitivity import DEFAULT_MAX_SUBSETS, lr_sensitivity
-from monitor.analysis.stability import DEFAULT_RTOL, stability_verdict
+from hyperwatch.monitor.analysis._common import AnalysisError, jsonable
+from hyperwatch.monitor.analysis.csvio import CSVError, Table, read_csv
+from hyperwatch.monitor.analysis.lr import R2_THRESHOLD, LRFit, fit_optimal_lr
+from hyperwatch.monitor.analysis.powerlaw import fit_power_law
+from hyperwatch.monitor.analysis.scaling import compare_methods
+from hyperwatch.monitor.analysis.sensitivity import DEFAULT_MAX_SUBSETS, lr_sensitivity
+from hyperwatch.monitor.analysis.stability import DEFAULT_RTOL, stability_verdict
 
 
 class _InputError(Exception):

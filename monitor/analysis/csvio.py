@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from monitor.analysis._common import AnalysisError, FloatArray
+from hyperwatch.monitor.analysis._common import AnalysisError, FloatArray
 
 
 class CSVError(AnalysisError):

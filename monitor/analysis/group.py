@@ -29,11 +29,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hooks.schema import SchemaError, decode_value
-from monitor.analysis._common import AnalysisError, jsonable
-from monitor.analysis.lr import LRFit, fit_optimal_lr
-from monitor.analysis.powerlaw import PowerLawFit, fit_power_law
-from monitor.analysis.scaling import ScalingComparison, compare_methods
+from hyperwatch.hooks.schema import SchemaError, decode_value
+from hyperwatch.monitor.analysis._common import AnalysisError, jsonable
+from hyperwatch.monitor.analysis.lr import LRFit, fit_optimal_lr
+from hyperwatch.monitor.analysis.powerlaw import PowerLawFit, fit_power_law
+from hyperwatch.monitor.analysis.scaling import ScalingComparison, compare_methods
 
 AXES = ("depth", "tokens", "batch_size")
 _NUMERIC = ("depth", "tokens", "batch_size", "lr", "flops")

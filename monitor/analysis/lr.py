@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from monitor.analysis._common import (
+from hyperwatch.monitor.analysis._common import (
     AnalysisError,
     FloatArray,
     Floats,

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import OptimizeWarning, curve_fit
 
-from monitor.analysis._common import (
+from hyperwatch.monitor.analysis._common import (
     AnalysisError,
     FloatArray,
     Floats,

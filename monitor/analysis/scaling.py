@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from monitor.analysis._common import (
+from hyperwatch.monitor.analysis._common import (
     AnalysisError,
     FloatArray,
     Floats,

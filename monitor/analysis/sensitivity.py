@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from monitor.analysis._common import AnalysisError, Floats, as_float_array, jsonable, rel_error
-from monitor.analysis.lr import R2_THRESHOLD, LRFit, fit_optimal_lr
+from hyperwatch.monitor.analysis._common import AnalysisError, Floats, as_float_array, jsonable, rel_error
+from hyperwatch.monitor.analysis.lr import R2_THRESHOLD, LRFit, fit_optimal_lr
 
 MIN_K = 3
 DEFAULT_MAX_SUBSETS = 20_000

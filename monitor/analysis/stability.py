@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from hooks.schema import SchemaError, decode_value
-from monitor.analysis._common import AnalysisError, jsonable
+from hyperwatch.hooks.schema import SchemaError, decode_value
+from hyperwatch.monitor.analysis._common import AnalysisError, jsonable
 
 DEFAULT_RTOL = 0.05
 

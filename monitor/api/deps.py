@@ -8,8 +8,8 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from monitor.core.config import Settings
-from monitor.store.base import Store
+from hyperwatch.monitor.core.config import Settings
+from hyperwatch.monitor.store.base import Store
 
 _bearer = HTTPBearer(auto_error=False, description="HYPERWATCH_WRITE_TOKEN (or HYPERWATCH_READ_TOKEN for reads)")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]

@@ -12,7 +12,7 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from hooks.schema import MAX_POINTS_PER_BATCH
+from hyperwatch.hooks.schema import MAX_POINTS_PER_BATCH
 
 PLACEHOLDER_SECRETS = frozenset({"", "changethis", "changeme", "change-me", "secret", "password", "token", "dev"})
 MIN_TOKEN_LENGTH = 16

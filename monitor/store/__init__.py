@@ -4,7 +4,7 @@ ORM rows never leave this package; callers get the dataclasses of :mod:`monitor.
 and the errors of :mod:`monitor.core.errors`.
 """
 
-from monitor.store.base import Store
-from monitor.store.sql import SqlStore
+from hyperwatch.monitor.store.base import Store
+from hyperwatch.monitor.store.sql import SqlStore
 
 __all__ = ["SqlStore", "Store"]

@@ -10,8 +10,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from hooks.schema import Point
-from monitor.store.entities import (
+from hyperwatch.hooks.schema import Point
+from hyperwatch.monitor.store.entities import (
     Alert,
     Group,
     IngestResult,

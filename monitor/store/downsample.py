@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from monitor.store.models import NONFINITE_PREDICATE, ROLLUP_LEVELS
+from hyperwatch.monitor.store.models import NONFINITE_PREDICATE, ROLLUP_LEVELS
 
 Cand = tuple[int, int | None, float | None]  # step, tokens, sql value (None = NaN)
 KEY = "run_id = :run_id AND name_id = :name_id AND layer = :layer"

@@ -26,7 +26,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError, SQLAlchemyError
 
-from monitor.core.errors import InvalidInputError, MonitorError, StoreBusyError, StoreUnavailableError
+from hyperwatch.monitor.core.errors import InvalidInputError, MonitorError, StoreBusyError, StoreUnavailableError
 
 log = logging.getLogger(__name__)
 BUSY_TIMEOUT_MS = 30_000

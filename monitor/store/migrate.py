@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine
 
-from monitor.core.errors import SchemaOutOfDateError
+from hyperwatch.monitor.core.errors import SchemaOutOfDateError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 

@@ -24,10 +24,10 @@ from sqlalchemy import case, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from hooks.schema import Point
-from monitor.store.bulk import bulk_write, upsert_sql
-from monitor.store.models import RUN_LEVEL_LAYER, IngestedBatchRow, RunRow
-from monitor.store.rollups import PointRow, SeriesKey, merge_rollups, refresh_rollups
+from hyperwatch.hooks.schema import Point
+from hyperwatch.monitor.store.bulk import bulk_write, upsert_sql
+from hyperwatch.monitor.store.models import RUN_LEVEL_LAYER, IngestedBatchRow, RunRow
+from hyperwatch.monitor.store.rollups import PointRow, SeriesKey, merge_rollups, refresh_rollups
 
 _POINT_COLUMNS = ("run_id", "name_id", "layer", "step", "tokens", "value")
 _POINT_TYPES = ("int", "int", "int", "bigint", "bigint", "float8")

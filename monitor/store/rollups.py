@@ -31,8 +31,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from monitor.store.bulk import bulk_write
-from monitor.store.models import ROLLUP_LEVELS
+from hyperwatch.monitor.store.bulk import bulk_write
+from hyperwatch.monitor.store.models import ROLLUP_LEVELS
 
 SeriesKey = tuple[int, int]  # (name_id, layer)
 PointRow = tuple[int, int, int, int | None, float | None]  # name_id, layer, step, tokens, sql value

@@ -10,30 +10,30 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine, Row
 
-from monitor.core.errors import InvalidInputError, NotFoundError
-from monitor.store import migrate
-from monitor.store.base import Store
-from monitor.store.engine import BUSY_TIMEOUT_MS, make_engine, managed, retry_busy
-from monitor.store.entities import (
+from hyperwatch.monitor.core.errors import InvalidInputError, NotFoundError
+from hyperwatch.monitor.store import migrate
+from hyperwatch.monitor.store.base import Store
+from hyperwatch.monitor.store.engine import BUSY_TIMEOUT_MS, make_engine, managed, retry_busy
+from hyperwatch.monitor.store.entities import (
     ACTIVE_STATUS,
     RUN_STATUSES,
     SCALE_FIELDS,
     Group,
     Run,
 )
-from monitor.store.models import (
+from hyperwatch.monitor.store.models import (
     GroupRow,
     MetricNameRow,
     ProjectRow,
     RunRow,
     RunTagRow,
 )
-from monitor.store.points import (
+from hyperwatch.monitor.store.points import (
     as_utc,
     dialect_insert,
     now_utc,
 )
-from monitor.store.sql_series import SeriesMixin
+from hyperwatch.monitor.store.sql_series import SeriesMixin
 
 log = logging.getLogger(__name__)
 MAX_NAME_IDS = 32_767  # metric_names.id is SMALLINT

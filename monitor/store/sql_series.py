@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, select
 from sqlalchemy.engine import Connection, Engine
 
-from hooks.schema import Point
-from monitor.store import downsample as ds
-from monitor.store.engine import managed, retry_busy
-from monitor.store.entities import (
+from hyperwatch.hooks.schema import Point
+from hyperwatch.monitor.store import downsample as ds
+from hyperwatch.monitor.store.engine import managed, retry_busy
+from hyperwatch.monitor.store.entities import (
     ACTIVE_STATUS,
     Alert,
     IngestResult,
@@ -24,8 +24,8 @@ from monitor.store.entities import (
     SeriesInfo,
     SeriesPoint,
 )
-from monitor.store.models import AlertEventRow, MetricNameRow, ProjectRow, RunRow, SeriesLatestRow
-from monitor.store.points import (
+from hyperwatch.monitor.store.models import AlertEventRow, MetricNameRow, ProjectRow, RunRow, SeriesLatestRow
+from hyperwatch.monitor.store.points import (
     api_layer,
     as_utc,
     claim_batch,
@@ -36,7 +36,7 @@ from monitor.store.points import (
     to_sql_value,
     write_points,
 )
-from monitor.store.trailing import trailing_windows
+from hyperwatch.monitor.store.trailing import trailing_windows
 
 
 class SeriesMixin:

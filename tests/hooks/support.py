@@ -128,7 +128,7 @@ MOE_FAMILIES = {"mixtral", "qwen2_moe", "olmoe"}
 
 
 def bundled_model(moe: bool = False, depth: int = 2, kernel: str = "auto") -> nn.Module:
-    model_mod = pytest.importorskip("trainer.model")
+    model_mod = pytest.importorskip("hyperwatch.trainer.model")
     cfg = model_mod.ModelConfig(
         depth=depth,
         alpha=16,

@@ -10,10 +10,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-import hooks
+from hyperwatch import hooks
 from tests.hooks.support import bundled_model
 
-pytest.importorskip("trainer.model")
+pytest.importorskip("hyperwatch.trainer.model")
 
 
 def halves() -> list[torch.Tensor]:

@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hooks import indicators
-from hooks.accumulate import Accumulator
-from hooks.intercept import cpu_flash_with_lse
+from hyperwatch.hooks import indicators
+from hyperwatch.hooks.accumulate import Accumulator
+from hyperwatch.hooks.intercept import cpu_flash_with_lse
 
 
 def explicit_lse(q, k, mask=None, is_causal=False, scale=None, enable_gqa=False):  # type: ignore[no-untyped-def]

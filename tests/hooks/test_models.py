@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import hooks
+from hyperwatch import hooks
 from tests.hooks.support import HF_FAMILIES, MOE_FAMILIES, bundled_model, hf_model
 
 ATTN = {"attention_z", "attention_rms", "attention_outlier_ratio"}
@@ -135,7 +135,7 @@ def test_bundled_indicators_equal_naive_references() -> None:
         assert got[name] == pytest.approx(float(((t - mu).abs() > 5 * sd).double().mean()), abs=1e-12)
     logits = torch.cat(captured["logits"]).double()
     assert got["router_z"] == pytest.approx(float(torch.logsumexp(logits, -1).square().mean()), rel=1e-5)
-    from trainer.moe import max_vio
+    from hyperwatch.trainer.moe import max_vio
 
     assert got["max_vio"] == pytest.approx(float(max_vio(torch.stack(captured["counts"]).sum(0))), rel=1e-6)
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
-import hooks
-from hooks import upload
-from hooks.schema import Batch, Point
-from hooks.sinks.folder import iter_jsonl, pending_files
+from hyperwatch import hooks
+from hyperwatch.hooks import upload
+from hyperwatch.hooks.schema import Batch, Point
+from hyperwatch.hooks.sinks.folder import iter_jsonl, pending_files
 from tests.hooks.support import FakeService, hf_model, wait_until
 
 
@@ -130,7 +130,7 @@ CRASHING_TRAINER = textwrap.dedent(
     for step in range(6):
         model(torch.randn(2, 4)).sum().backward()
         mon.step(step, loss=float(step))
-    from hooks.sinks.folder import pending_files
+    from hyperwatch.hooks.sinks.folder import pending_files
     import pathlib, time
     while len(pending_files(pathlib.Path(sys.argv[2]) / "crash-1")) < 6:
         time.sleep(0.05)  # every batch is in the spool (the service is down)...
@@ -198,9 +198,9 @@ def test_import_hooks_pulls_in_only_torch_numpy_and_the_standard_library() -> No
         import sys
         import numpy, torch, torch.distributed, torch.overrides, torch.utils.hooks
         before = set(sys.modules)
-        import hooks, hooks.upload
+        import hyperwatch.hooks, hyperwatch.hooks.upload
         new = {m.split(".")[0] for m in set(sys.modules) - before}
-        print(",".join(sorted(new - set(sys.stdlib_module_names) - {"hooks"})))
+        print(",".join(sorted(new - set(sys.stdlib_module_names) - {"hyperwatch"})))
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

@@ -17,9 +17,9 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
-from monitor.core.config import Settings
-from monitor.main import create_app
-from monitor.store import SqlStore, migrate
+from hyperwatch.monitor.core.config import Settings
+from hyperwatch.monitor.main import create_app
+from hyperwatch.monitor.store import SqlStore, migrate
 
 PG_ADMIN_URL = os.environ.get("HYPERWATCH_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 WRITE_TOKEN = "test-write-token-0123456789"

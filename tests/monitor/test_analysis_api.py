@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from monitor.store import SqlStore
+from hyperwatch.monitor.store import SqlStore
 from tests.monitor.conftest import AUTH, READ_TOKEN, create_run, make_client, post_points
 
 DEPTHS = (8, 12, 16)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from monitor.core.config import Settings
-from monitor.store import SqlStore
+from hyperwatch.monitor.core.config import Settings
+from hyperwatch.monitor.store import SqlStore
 from tests.monitor.conftest import AUTH, READ_TOKEN, WRITE_TOKEN, make_client
 
 BATCH = {"batch_id": "batch-auth-1", "run": "r1", "points": [{"name": "loss", "step": 1, "value": 1.0}]}

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from hyperwatch.cli import COMMANDS
-from monitor.core.config import Settings
+from hyperwatch.monitor.core.config import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 

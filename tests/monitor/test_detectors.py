@@ -8,9 +8,9 @@ import uuid
 
 from fastapi.testclient import TestClient
 
-from hooks.schema import Point
-from monitor.detectors import DEFAULT_THRESHOLDS, detect, is_spike
-from monitor.store import SqlStore
+from hyperwatch.hooks.schema import Point
+from hyperwatch.monitor.detectors import DEFAULT_THRESHOLDS, detect, is_spike
+from hyperwatch.monitor.store import SqlStore
 from tests.monitor.conftest import AUTH, create_run, post_points
 
 

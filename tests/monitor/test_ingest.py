@@ -10,8 +10,8 @@ import threading
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from hooks.schema import MAX_POINTS_PER_BATCH, Batch, Point
-from monitor.store import SqlStore
+from hyperwatch.hooks.schema import MAX_POINTS_PER_BATCH, Batch, Point
+from hyperwatch.monitor.store import SqlStore
 from tests.monitor.conftest import AUTH, create_run, make_client, post_points
 
 

@@ -13,11 +13,11 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from sqlalchemy import inspect
 
-from monitor.core.config import Settings
-from monitor.core.errors import SchemaOutOfDateError
-from monitor.main import create_app
-from monitor.store import SqlStore, migrate
-from monitor.store.models import Base
+from hyperwatch.monitor.core.config import Settings
+from hyperwatch.monitor.core.errors import SchemaOutOfDateError
+from hyperwatch.monitor.main import create_app
+from hyperwatch.monitor.store import SqlStore, migrate
+from hyperwatch.monitor.store.models import Base
 
 TABLES = {
     "projects",

@@ -8,8 +8,8 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from hooks.schema import Point
-from monitor.store import SqlStore
+from hyperwatch.hooks.schema import Point
+from hyperwatch.monitor.store import SqlStore
 from tests.monitor.conftest import AUTH, create_run, post_points
 
 N = 20_000

@@ -14,10 +14,10 @@ from typing import Any
 
 from sqlalchemy import text
 
-from hooks.schema import Point
-from monitor.store import SqlStore
-from monitor.store.models import ROLLUP_LEVELS
-from monitor.store.rollups import batch_summaries
+from hyperwatch.hooks.schema import Point
+from hyperwatch.monitor.store import SqlStore
+from hyperwatch.monitor.store.models import ROLLUP_LEVELS
+from hyperwatch.monitor.store.rollups import batch_summaries
 
 Row = tuple[Any, ...]
 

@@ -12,10 +12,10 @@ import pytest
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from hooks.schema import Batch, Point
-from monitor.core.config import Settings
-from monitor.main import create_app
-from monitor.store import SqlStore
+from hyperwatch.hooks.schema import Batch, Point
+from hyperwatch.monitor.core.config import Settings
+from hyperwatch.monitor.main import create_app
+from hyperwatch.monitor.store import SqlStore
 from tests.monitor.conftest import AUTH, WRITE_TOKEN
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from monitor.store import SqlStore, migrate
+from hyperwatch.monitor.store import SqlStore, migrate
 
 REPO = Path(__file__).resolve().parents[2]
 WRITE_TOKEN = "reliability-write-token-0123456789"

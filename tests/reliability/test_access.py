@@ -12,12 +12,12 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
-from hooks.schema import Batch, Point
-from hooks.sinks import HttpSink, RunInfo
-from monitor.cli import build_parser
-from monitor.core.config import Settings
-from monitor.main import create_app
-from monitor.store import SqlStore, migrate
+from hyperwatch.hooks.schema import Batch, Point
+from hyperwatch.hooks.sinks import HttpSink, RunInfo
+from hyperwatch.monitor.cli import build_parser
+from hyperwatch.monitor.core.config import Settings
+from hyperwatch.monitor.main import create_app
+from hyperwatch.monitor.store import SqlStore, migrate
 from tests.reliability.support import AUTH, READ_TOKEN, WRITE_TOKEN, Service, wait_until
 from tests.reliability.test_hostile import fingerprint
 

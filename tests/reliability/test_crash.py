@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from hooks.schema import Batch, Point
-from hooks.sinks import HttpSink, RunInfo, client
-from hooks.sinks.folder import INFLIGHT_FILE, merge, pending_files, write_inflight
+from hyperwatch.hooks.schema import Batch, Point
+from hyperwatch.hooks.sinks import HttpSink, RunInfo, client
+from hyperwatch.hooks.sinks.folder import INFLIGHT_FILE, merge, pending_files, write_inflight
 from tests.reliability.support import REPO, WRITE_TOKEN, Service, free_port, python_env, stored
 
 

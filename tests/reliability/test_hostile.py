@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, settings
 from prometheus_client import CollectorRegistry
 from sqlalchemy import text
 
-from monitor.core.config import Settings
-from monitor.main import create_app
-from monitor.store import SqlStore, migrate
+from hyperwatch.monitor.core.config import Settings
+from hyperwatch.monitor.main import create_app
+from hyperwatch.monitor.store import SqlStore, migrate
 from tests.reliability.support import AUTH, WRITE_TOKEN
 
 TABLES = ("runs", "groups", "metric_points", "ingested_batches", "alert_events", "metric_names")

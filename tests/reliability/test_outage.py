@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-import hooks
-from hooks.schema import Batch, Point
-from hooks.sinks import HttpSink, RunInfo, SinkError, client
-from hooks.sinks.folder import DROPPED_FILE, pending_files, read_json
-from hooks.sinks.http import DEFAULT_SPOOL_MAX_BYTES, default_spool_max_bytes
+from hyperwatch import hooks
+from hyperwatch.hooks.schema import Batch, Point
+from hyperwatch.hooks.sinks import HttpSink, RunInfo, SinkError, client
+from hyperwatch.hooks.sinks.folder import DROPPED_FILE, pending_files, read_json
+from hyperwatch.hooks.sinks.http import DEFAULT_SPOOL_MAX_BYTES, default_spool_max_bytes
 from tests.hooks.support import bundled_model
 from tests.reliability.support import WRITE_TOKEN, Service, free_port, stored, upgrade, wait_until
 
@@ -88,7 +88,7 @@ def test_spool_is_bounded_drops_newest_and_says_so(
         f"http://127.0.0.1:{port}", token=WRITE_TOKEN, spool=spool, backoff=(0.05, 0.2), max_spool_bytes=limit
     )
     sink.start(RunInfo("bounded-1"))
-    caplog.set_level(logging.WARNING, logger="hooks.sinks.http")
+    caplog.set_level(logging.WARNING, logger="hyperwatch.hooks.sinks.http")
     for step in range(200):
         sink.write(Batch("bounded-1", [Point("loss", step, float(step))]))  # returns: never blocks
     folder = spool / "bounded-1"

@@ -22,12 +22,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from hooks.schema import SchemaError
-from hooks.sinks import SinkError
-from hooks.upload import Uploader, UploadError
-from monitor.core.config import Settings
-from monitor.main import create_app
-from monitor.store import SqlStore, migrate
+from hyperwatch.hooks.schema import SchemaError
+from hyperwatch.hooks.sinks import SinkError
+from hyperwatch.hooks.upload import Uploader, UploadError
+from hyperwatch.monitor.core.config import Settings
+from hyperwatch.monitor.main import create_app
+from hyperwatch.monitor.store import SqlStore, migrate
 from tests.reliability.support import WRITE_TOKEN, free_port
 
 FAST = settings(
@@ -35,8 +35,8 @@ FAST = settings(
 )
 
 # -- LITPKDS token files ---------------------------------------------------------------------------
-packed = pytest.importorskip("trainer.packed")
-DataError = pytest.importorskip("trainer.data_errors").DataError
+packed = pytest.importorskip("hyperwatch.trainer.packed")
+DataError = pytest.importorskip("hyperwatch.trainer.data_errors").DataError
 
 
 @st.composite
@@ -157,8 +157,8 @@ def test_upload_reads_hostile_spools_with_clear_errors(
 
 
 # -- sweep TOML files ----------------------------------------------------------------------------------
-sweep_mod = pytest.importorskip("trainer.sweep")
-ConfigError = pytest.importorskip("trainer.config").ConfigError
+sweep_mod = pytest.importorskip("hyperwatch.trainer.sweep")
+ConfigError = pytest.importorskip("hyperwatch.trainer.config").ConfigError
 
 toml_lines = st.sampled_from(
     [

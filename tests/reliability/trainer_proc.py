@@ -16,8 +16,8 @@ import os
 import signal
 import time
 
-from hooks.schema import Batch, Point
-from hooks.sinks import HttpSink, RunInfo
+from hyperwatch.hooks.schema import Batch, Point
+from hyperwatch.hooks.sinks import HttpSink, RunInfo
 
 
 def main() -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.config import ModelConfig, preset
+from hyperwatch.trainer.config import ModelConfig, preset
 
 
 def tiny_model_config(**overrides: object) -> ModelConfig:

@@ -8,8 +8,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-from trainer.config import load_config
-from trainer.train import Trainer
+from hyperwatch.trainer.config import load_config
+from hyperwatch.trainer.train import Trainer
 
 
 def main(out_dir: str, cache: str) -> None:

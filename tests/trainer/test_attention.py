@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.attention import FLASH_LSE, SDPA_FALLBACK, causal_attention, chunked_causal_lse
+from hyperwatch.trainer.attention import FLASH_LSE, SDPA_FALLBACK, causal_attention, chunked_causal_lse
 
 
 def explicit_lse(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from hyperwatch.cli import main
-from trainer.data import DataConfig, TokenLoader, load_corpus
-from trainer.packed import read_header
+from hyperwatch.trainer.data import DataConfig, TokenLoader, load_corpus
+from hyperwatch.trainer.packed import read_header
 
 DOCS = {
     "a.txt": "def square(x):\n    return x * x\n" * 40,

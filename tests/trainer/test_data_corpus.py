@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.data import Corpus, DataConfig, load_corpus
-from trainer.data_errors import DataError
-from trainer.packed import write_packed
-from trainer.tokenizer import ByteTokenizer
+from hyperwatch.trainer.data import Corpus, DataConfig, load_corpus
+from hyperwatch.trainer.data_errors import DataError
+from hyperwatch.trainer.packed import write_packed
+from hyperwatch.trainer.tokenizer import ByteTokenizer
 
 EOS = ByteTokenizer.eos_id
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.data import TokenLoader, iter_eval_batches
-from trainer.data_errors import DataError
+from hyperwatch.trainer.data import TokenLoader, iter_eval_batches
+from hyperwatch.trainer.data_errors import DataError
 
 TOKENS = np.arange(10_000, dtype=np.int64)
 

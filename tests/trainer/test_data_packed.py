@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.data_errors import DataError
-from trainer.packed import (
+from hyperwatch.trainer.data_errors import DataError
+from hyperwatch.trainer.packed import (
     HEADER_SIZE,
     find_packed_files,
     read_header,

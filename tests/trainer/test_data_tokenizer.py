@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.data_errors import DataError
-from trainer.tokenizer import (
+from hyperwatch.trainer.data_errors import DataError
+from hyperwatch.trainer.tokenizer import (
     BPETokenizer,
     ByteTokenizer,
     Tokenizer,

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
+from hyperwatch.trainer.config import ConfigError, ModelConfig
+from hyperwatch.trainer.model import Transformer
+from hyperwatch.trainer.moe import MoE
 from tests.trainer.conftest import tiny_model_config
-from trainer.config import ConfigError, ModelConfig
-from trainer.model import Transformer
-from trainer.moe import MoE
 
 
 def test_shapes_and_family_rules() -> None:
@@ -85,7 +85,7 @@ def test_lse_capture_matches_explicit_scores() -> None:
     h = model.embed(x)
     h = h + model.blocks[0].attn(model.blocks[0].attn_norm(h), model.rope_cos, model.rope_sin)
     h = h + model.blocks[0].mlp(model.blocks[0].mlp_norm(h))
-    from trainer.layers import apply_rope
+    from hyperwatch.trainer.layers import apply_rope
 
     z = model.blocks[1].attn_norm(h)
     q = attn.q_norm(attn.q_proj(z).view(2, 12, 4, 16))

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from hyperwatch.trainer.moe import MoE, max_vio, switch_aux_loss
 from tests.trainer.conftest import tiny_model_config
-from trainer.moe import MoE, max_vio, switch_aux_loss
 
 
 def test_expert_counts_follow_spec() -> None:

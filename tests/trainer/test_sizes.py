@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from hyperwatch.cli import main
-from trainer.config import ModelConfig
-from trainer.model import Transformer
-from trainer.sizes import forward_flops_per_token, model_size, param_counts
+from hyperwatch.trainer.config import ModelConfig
+from hyperwatch.trainer.model import Transformer
+from hyperwatch.trainer.sizes import forward_flops_per_token, model_size, param_counts
 
 
 def meta_counts(cfg: ModelConfig) -> tuple[int, int]:

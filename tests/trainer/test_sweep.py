@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from hyperwatch.cli import main
-from trainer.config import ConfigError
-from trainer.sweep import command, load_sweep
+from hyperwatch.trainer.config import ConfigError
+from hyperwatch.trainer.sweep import command, load_sweep
 
 SWEEP = """
 [sweep]

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from hyperwatch.cli import main
-from trainer.config import ConfigError, load_config
-from trainer.train import Trainer, train
+from hyperwatch.trainer.config import ConfigError, load_config
+from hyperwatch.trainer.train import Trainer, train
 
 
 def tiny_run(tmp: Path, cache: Path, *extra: str) -> list[str]:

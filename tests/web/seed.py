@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 
-from hooks.schema import Point
-from monitor.store import SqlStore
-from monitor.store.entities import NewAlert
+from hyperwatch.hooks.schema import Point
+from hyperwatch.monitor.store import SqlStore
+from hyperwatch.monitor.store.entities import NewAlert
 
 XSS_NAME = "<img src=x onerror=alert(1)>"
 XSS_TAG = "x<script>alert(2)</script>"

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from monitor.api.routes.analysis import AggSeries
-from monitor.store.entities import LayerMatrix, Run
-from web.figures import RunLine, XAxisError, compare_figure, heatmap_figure, stability_figure, x_values
-from web.scale import colours, esc, human_count, labels, order_by_size, scale_label
+from hyperwatch.monitor.api.routes.analysis import AggSeries
+from hyperwatch.monitor.store.entities import LayerMatrix, Run
+from hyperwatch.web.figures import RunLine, XAxisError, compare_figure, heatmap_figure, stability_figure, x_values
+from hyperwatch.web.scale import colours, esc, human_count, labels, order_by_size, scale_label
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 BASE = Run(

@@ -11,11 +11,11 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
-from hooks.schema import Point
-from monitor.core.config import Settings
-from monitor.main import create_app
-from monitor.store import SqlStore, migrate
-from web.router import plotly_js_path
+from hyperwatch.hooks.schema import Point
+from hyperwatch.monitor.core.config import Settings
+from hyperwatch.monitor.main import create_app
+from hyperwatch.monitor.store import SqlStore, migrate
+from hyperwatch.web.router import plotly_js_path
 
 WRITE = "pages-test-write-token-0123456789"
 READ = "pages-test-read-token-0123456789"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from monitor.api.routes import alerts, analysis, groups, points, query, runs
+from hyperwatch.monitor.api.routes import alerts, analysis, groups, points, query, runs
 
 API_ROUTERS: list[APIRouter] = [
     runs.router,

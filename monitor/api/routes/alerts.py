@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from monitor.api.deps import ReadAuth, SettingsDep, StoreDep
-from monitor.schemas import AlertOut
+from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep
+from hyperwatch.monitor.schemas import AlertOut
 
 router = APIRouter(tags=["alerts"], dependencies=[ReadAuth])
 

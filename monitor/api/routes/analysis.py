@@ -28,12 +28,12 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 
-from hooks.schema import SchemaError, decode_value, validate_name
-from monitor.analysis import AnalysisError, fit_group, jsonable, stability_verdict
-from monitor.api.deps import ReadAuth, SettingsDep, StoreDep
-from monitor.core.errors import InvalidInputError
-from monitor.store.base import Store
-from monitor.store.entities import Group, Run, SeriesInfo
+from hyperwatch.hooks.schema import SchemaError, decode_value, validate_name
+from hyperwatch.monitor.analysis import AnalysisError, fit_group, jsonable, stability_verdict
+from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep
+from hyperwatch.monitor.core.errors import InvalidInputError
+from hyperwatch.monitor.store.base import Store
+from hyperwatch.monitor.store.entities import Group, Run, SeriesInfo
 
 router = APIRouter(tags=["analysis"], dependencies=[ReadAuth])
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from monitor.api.deps import ReadAuth, StoreDep, WriteAuth
-from monitor.schemas import GroupCreate, GroupFields, GroupOut
+from hyperwatch.monitor.api.deps import ReadAuth, StoreDep, WriteAuth
+from hyperwatch.monitor.schemas import GroupCreate, GroupFields, GroupOut
 
 router = APIRouter(tags=["groups"])
 

@@ -6,9 +6,9 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from monitor.api.deps import ReadAuth, StoreDep
-from monitor.core.errors import MonitorError
-from monitor.schemas import HealthOut
+from hyperwatch.monitor.api.deps import ReadAuth, StoreDep
+from hyperwatch.monitor.core.errors import MonitorError
+from hyperwatch.monitor.schemas import HealthOut
 
 router = APIRouter(tags=["health"])
 

@@ -7,11 +7,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Response
 
-from monitor.api.deps import SettingsDep, StoreDep, WriteAuth
-from monitor.core.errors import InvalidInputError
-from monitor.detectors import detect
-from monitor.prometheus import ALERTS_RAISED, BATCHES_INGESTED, POINTS_INGESTED
-from monitor.schemas import BatchBody, IngestOut, ProjectName
+from hyperwatch.monitor.api.deps import SettingsDep, StoreDep, WriteAuth
+from hyperwatch.monitor.core.errors import InvalidInputError
+from hyperwatch.monitor.detectors import detect
+from hyperwatch.monitor.prometheus import ALERTS_RAISED, BATCHES_INGESTED, POINTS_INGESTED
+from hyperwatch.monitor.schemas import BatchBody, IngestOut, ProjectName
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["points"])

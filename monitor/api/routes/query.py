@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from monitor.api.deps import ReadAuth, SettingsDep, StoreDep
-from monitor.core.errors import InvalidInputError
-from monitor.schemas import (
+from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep
+from hyperwatch.monitor.core.errors import InvalidInputError
+from hyperwatch.monitor.schemas import (
     CompareOut,
     ComparePoint,
     CompareSeries,
@@ -17,7 +17,7 @@ from monitor.schemas import (
     SeriesOut,
     XAxis,
 )
-from monitor.store.entities import Run, Series
+from hyperwatch.monitor.store.entities import Run, Series
 
 router = APIRouter(tags=["query"], dependencies=[ReadAuth])
 

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
-from monitor.schemas import RunCreate, RunOut, RunUpdate, SeriesInfoOut, Status
+from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
+from hyperwatch.monitor.schemas import RunCreate, RunOut, RunUpdate, SeriesInfoOut, Status
 
 router = APIRouter(tags=["runs"])
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.analysis import CSVError, read_csv
+from hyperwatch.monitor.analysis import CSVError, read_csv
 
 
 def write(tmp_path: Path, text: str, name: str = "runs.csv") -> Path:

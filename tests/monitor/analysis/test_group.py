@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitor.analysis import AnalysisError, fit_group
+from hyperwatch.monitor.analysis import AnalysisError, fit_group
 
 LRS = [0.0025, 0.005, 0.01, 0.02, 0.04, 0.08]
 T0, D0, ETA0 = 1.04e10, 8, 0.02

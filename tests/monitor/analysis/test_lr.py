@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from monitor.analysis import AnalysisError, fit_optimal_lr
+from hyperwatch.monitor.analysis import AnalysisError, fit_optimal_lr
 
 LRS = 2.0 ** -np.arange(3, 12)  # 0.125 ... 0.00049, a typical base-2 sweep
 

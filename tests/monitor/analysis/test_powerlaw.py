@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from monitor.analysis import AnalysisError, fit_power_law
+from hyperwatch.monitor.analysis import AnalysisError, fit_power_law
 
 TOKENS = np.array([1.3e9, 2.6e9, 5.2e9, 1.04e10, 2.08e10, 4.16e10, 8.32e10])
 

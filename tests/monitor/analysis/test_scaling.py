@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from monitor.analysis import AnalysisError, compare_methods, fit_scaling_law, leverage
+from hyperwatch.monitor.analysis import AnalysisError, compare_methods, fit_scaling_law, leverage
 
 FLOPS = np.logspace(15, 22, 8)  # the range the paper's ladders span
 

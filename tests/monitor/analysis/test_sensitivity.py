@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from monitor.analysis import AnalysisError, lr_sensitivity
+from hyperwatch.monitor.analysis import AnalysisError, lr_sensitivity
 
 
 def bowl(u: np.ndarray) -> np.ndarray:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from monitor.analysis import AnalysisError, stability_verdict
+from hyperwatch.monitor.analysis import AnalysisError, stability_verdict
 
 
 def run(name: str, scale: float, **indicators: list[Any]) -> dict[str, Any]:
