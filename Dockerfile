@@ -14,6 +14,7 @@ COPY monitor ./monitor
 COPY trainer ./trainer
 COPY web ./web
 COPY migrations ./migrations
+COPY configs ./configs
 RUN pip install -e '.[server]' && useradd --create-home --uid 10001 hyperwatch
 
 USER hyperwatch
