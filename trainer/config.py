@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hyperwatch.trainer.data import DataConfig
-from hyperwatch.trainer.schedule import head_multiplier, residual_multiplier
+from hyperwatch.trainer.optim.schedule import head_multiplier, residual_multiplier
 
 
 class ConfigError(ValueError):
@@ -30,7 +30,7 @@ Arm = Literal["muon", "muonh", "hyperp", "hyperp_moe"]
 AttentionKernel = Literal["auto", "flash_lse", "sdpa"]
 
 ARMS: dict[str, tuple[Parameterization, bool]] = {
-    # arm -> (parameterization, moe); the optimizer choice per arm lives in trainer/optim.py
+    # arm -> (parameterization, moe); the optimizer choice per arm lives in trainer/optim/build.py
     "muon": ("mup++", False),  # Muon + muP++ with weight decay proportional to 1/w
     "muonh": ("vanilla", False),  # vanilla MuonH, no HyperP multipliers
     "hyperp": ("hyperp", False),  # MuonH + HyperP

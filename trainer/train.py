@@ -29,11 +29,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from hyperwatch.trainer.config import Config, ConfigError
 from hyperwatch.trainer.data import Corpus, load_corpus
-from hyperwatch.trainer.loader import TokenLoader, iter_eval_batches
+from hyperwatch.trainer.data.loader import TokenLoader, iter_eval_batches
 from hyperwatch.trainer.model import Transformer
 from hyperwatch.trainer.optim import build_optimizers
+from hyperwatch.trainer.optim.schedule import linear_decay
 from hyperwatch.trainer.runinfo import environment, run_name
-from hyperwatch.trainer.schedule import linear_decay
 from hyperwatch.trainer.sizes import ModelSize, model_size
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from hyperwatch.trainer.newton_schulz import NS_STEPS, newton_schulz5
+from hyperwatch.trainer.optim.newton_schulz import NS_STEPS, newton_schulz5
 
 _NORM_EPS = 1e-12
 
