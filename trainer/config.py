@@ -28,6 +28,7 @@ class ConfigError(ValueError):
 Parameterization = Literal["hyperp", "mup++", "mup", "vanilla"]
 Arm = Literal["muon", "muonh", "hyperp", "hyperp_moe"]
 AttentionKernel = Literal["auto", "flash_lse", "sdpa"]
+ExpertKernel = Literal["auto", "loop", "grouped"]
 
 ARMS: dict[str, tuple[Parameterization, bool]] = {
     # arm -> (parameterization, moe); the optimizer choice per arm lives in trainer/optim/build.py
@@ -108,6 +109,7 @@ class ModelConfig:
     shared_expert: bool = True
     sqrt_gate: bool = True
     aux_loss_gamma: float = 0.1
+    expert_kernel: ExpertKernel = "auto"  # auto = grouped GEMM on CUDA where it runs, else the per-expert loop
 
     def __post_init__(self) -> None:
         _check_types(self)

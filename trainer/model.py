@@ -93,9 +93,13 @@ class Block(nn.Module):
             MoE(cfg, layer_idx) if cfg.moe else SwiGLU(cfg.width, cfg.mlp_hidden, cfg.residual_multiplier)
         )
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, aux_out: list[torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """``aux_out`` collects the MoE's aux loss with its graph (the module keeps only its value)."""
         x = x + self.attn(self.attn_norm(x), cos, sin)
-        return x + self.mlp(self.mlp_norm(x))
+        h = self.mlp_norm(x)
+        return x + (self.mlp(h, aux_out=aux_out) if isinstance(self.mlp, MoE) else self.mlp(h))
 
 
 @dataclass
@@ -145,14 +149,14 @@ class Transformer(nn.Module):
         if self.cfg.seq_len < T:
             raise ValueError(f"sequence of {T} tokens is longer than ModelConfig.seq_len={self.cfg.seq_len}")
         x = self.embed(idx_BT)
+        aux: list[torch.Tensor] = []  # per forward, never on a module: deepcopy works after a forward
         for block in self.blocks:
-            x = block(x, self.rope_cos, self.rope_sin)
+            x = block(x, self.rope_cos, self.rope_sin, aux_out=aux)
         x = self.final_norm(x)
         logits = self.lm_head(x * self.head_multiplier).float()
         if targets_BT is None:
             return ModelOutput(logits=logits)
         lm_loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets_BT.reshape(-1))
-        aux = [m.aux_loss for m in self.moe_layers if m.aux_loss is not None]
         aux_loss = torch.stack(aux).sum() if aux else None
         loss = lm_loss + aux_loss if aux_loss is not None else lm_loss
         return ModelOutput(logits=logits, loss=loss, lm_loss=lm_loss, aux_loss=aux_loss)
