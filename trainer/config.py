@@ -219,7 +219,8 @@ class TrainConfig:
     seed: int = 1337
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto = bf16 autocast on CUDA, fp32 on CPU
-    compile: bool = False  # torch.compile (CUDA only)
+    compile: bool = True  # torch.compile on CUDA (ignored on CPU); the warm-up time is logged
+    parallel: Literal["ddp", "fsdp"] = "ddp"  # multi-rank: replicated (DDP) or sharded (FSDP2 fully_shard)
     progress: bool = True
 
     def __post_init__(self) -> None:

@@ -32,6 +32,26 @@ from hyperwatch.trainer.config import ModelConfig
 from hyperwatch.trainer.layers import SwiGLU
 
 
+class AuxLosses:
+    """The MoE layers' aux losses of one forward, with their graph (the Transformer makes one per forward).
+
+    A small object rather than a plain list on purpose: wrappers that rebuild a module's call
+    arguments (FSDP2's and DDP's device moves map over lists, tuples and dicts) pass an unknown
+    object through untouched, so every layer appends to the caller's one collector.
+    """
+
+    __slots__ = ("losses",)
+
+    def __init__(self) -> None:
+        self.losses: list[torch.Tensor] = []
+
+    def add(self, loss: torch.Tensor) -> None:
+        self.losses.append(loss)
+
+    def total(self) -> torch.Tensor | None:
+        return torch.stack(self.losses).sum() if self.losses else None
+
+
 def max_vio(counts: torch.Tensor) -> torch.Tensor:
     """MaxVio = (max_i c_i - mean_i c_i) / mean_i c_i over routed experts; 0 is perfectly balanced."""
     c = counts.float()
@@ -160,8 +180,8 @@ class MoE(nn.Module):
     after a forward and nothing holds the step's graph alive): ``counts`` ((E,) int64, this
     micro-batch on this rank), ``aux_loss`` (its value) and, when ``capture`` is set,
     ``router_logits`` ((tokens, E) fp32, before Top-k) for the router Z-value. The aux loss *with*
-    its graph goes to the caller through ``aux_out`` (a list the Transformer creates per forward
-    and sums into the loss); called without it, the layer's aux loss takes no part in training.
+    its graph goes to the caller through ``aux_out`` (an :class:`AuxLosses` the Transformer
+    creates per forward and sums into the loss); called without it, the layer's aux loss takes no part in training.
     """
 
     def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
@@ -189,14 +209,14 @@ class MoE(nn.Module):
         weights = gates.sqrt() if self.sqrt_gate else gates
         return logits_NE, top_idx, weights
 
-    def forward(self, x_BTW: torch.Tensor, aux_out: list[torch.Tensor] | None = None) -> torch.Tensor:
+    def forward(self, x_BTW: torch.Tensor, aux_out: AuxLosses | None = None) -> torch.Tensor:
         B, T, W = x_BTW.shape
         x_NW = x_BTW.reshape(B * T, W)
         logits_NE, top_idx, weights = self.route(x_NW)
         counts = expert_counts(top_idx.reshape(-1), self.n_experts)
         aux = self._aux_loss(logits_NE, counts)
         if aux_out is not None:
-            aux_out.append(aux)
+            aux_out.add(aux)
         self.counts = counts
         self.aux_loss = aux.detach()
         self.router_logits = logits_NE.detach() if self.capture else None

@@ -12,7 +12,7 @@ from torch._subclasses.fake_tensor import DynamicOutputShapeException as Dynamic
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from hyperwatch.trainer.model import Transformer
-from hyperwatch.trainer.moe import MoE, expert_counts, grouped_mm_available
+from hyperwatch.trainer.moe import AuxLosses, MoE, expert_counts, grouped_mm_available
 from tests.trainer.conftest import tiny_model_config
 
 pytestmark = pytest.mark.skipif(not grouped_mm_available(torch.device("cpu")), reason="torch without _grouped_mm")
@@ -29,10 +29,10 @@ def _pair(**overrides: object) -> tuple[MoE, MoE]:
 
 def _run(moe: MoE, x: torch.Tensor, autocast: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     x = x.clone().requires_grad_()
-    aux: list[torch.Tensor] = []
+    aux = AuxLosses()
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         out = moe(x, aux_out=aux)
-    (out.float().square().mean() + aux[0]).backward()
+    (out.float().square().mean() + aux.losses[0]).backward()
     grads = {n: p.grad.clone() for n, p in moe.named_parameters() if p.grad is not None}
     assert x.grad is not None
     grads["x"] = x.grad
