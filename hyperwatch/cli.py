@@ -17,7 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("hyperwatch.trainer.cli_train", "train one model (TOML config plus --key value overrides)"),
     "size": ("hyperwatch.trainer.sizes", "parameters, tokens and FLOPs of a model size, without allocating it"),
     "data": (
-        "hyperwatch.trainer.data_cli",
+        "hyperwatch.trainer.data.cli",
         "prepare token shards (train a BPE tokenizer locally, write uint16 shards)",
     ),
     "sweep": (

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hyperwatch.trainer.data import DataConfig
-from hyperwatch.trainer.schedule import head_multiplier, residual_multiplier
+from hyperwatch.trainer.optim.schedule import head_multiplier, residual_multiplier
 
 
 class ConfigError(ValueError):
@@ -28,9 +28,10 @@ class ConfigError(ValueError):
 Parameterization = Literal["hyperp", "mup++", "mup", "vanilla"]
 Arm = Literal["muon", "muonh", "hyperp", "hyperp_moe"]
 AttentionKernel = Literal["auto", "flash_lse", "sdpa"]
+ExpertKernel = Literal["auto", "loop", "grouped"]
 
 ARMS: dict[str, tuple[Parameterization, bool]] = {
-    # arm -> (parameterization, moe); the optimizer choice per arm lives in trainer/optim.py
+    # arm -> (parameterization, moe); the optimizer choice per arm lives in trainer/optim/build.py
     "muon": ("mup++", False),  # Muon + muP++ with weight decay proportional to 1/w
     "muonh": ("vanilla", False),  # vanilla MuonH, no HyperP multipliers
     "hyperp": ("hyperp", False),  # MuonH + HyperP
@@ -108,6 +109,7 @@ class ModelConfig:
     shared_expert: bool = True
     sqrt_gate: bool = True
     aux_loss_gamma: float = 0.1
+    expert_kernel: ExpertKernel = "auto"  # auto = grouped GEMM on CUDA where it runs, else the per-expert loop
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -217,7 +219,8 @@ class TrainConfig:
     seed: int = 1337
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto = bf16 autocast on CUDA, fp32 on CPU
-    compile: bool = False  # torch.compile (CUDA only)
+    compile: bool = True  # torch.compile on CUDA (ignored on CPU); the warm-up time is logged
+    parallel: Literal["ddp", "fsdp"] = "ddp"  # multi-rank: replicated (DDP) or sharded (FSDP2 fully_shard)
     progress: bool = True
 
     def __post_init__(self) -> None:

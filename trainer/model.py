@@ -28,7 +28,7 @@ from torch import nn
 from hyperwatch.trainer.attention import causal_attention
 from hyperwatch.trainer.config import ModelConfig
 from hyperwatch.trainer.layers import RMSNorm, SwiGLU, apply_rope, rope_tables
-from hyperwatch.trainer.moe import MoE
+from hyperwatch.trainer.moe import AuxLosses, MoE
 
 
 class Attention(nn.Module):
@@ -93,9 +93,13 @@ class Block(nn.Module):
             MoE(cfg, layer_idx) if cfg.moe else SwiGLU(cfg.width, cfg.mlp_hidden, cfg.residual_multiplier)
         )
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, aux_out: AuxLosses | None = None
+    ) -> torch.Tensor:
+        """``aux_out`` collects the MoE's aux loss with its graph (the module keeps only its value)."""
         x = x + self.attn(self.attn_norm(x), cos, sin)
-        return x + self.mlp(self.mlp_norm(x))
+        h = self.mlp_norm(x)
+        return x + (self.mlp(h, aux_out=aux_out) if isinstance(self.mlp, MoE) else self.mlp(h))
 
 
 @dataclass
@@ -145,14 +149,19 @@ class Transformer(nn.Module):
         if self.cfg.seq_len < T:
             raise ValueError(f"sequence of {T} tokens is longer than ModelConfig.seq_len={self.cfg.seq_len}")
         x = self.embed(idx_BT)
+        aux = AuxLosses()  # per forward, never on a module: deepcopy works after a forward
         for block in self.blocks:
-            x = block(x, self.rope_cos, self.rope_sin)
+            x = block(x, self.rope_cos, self.rope_sin, aux_out=aux)
         x = self.final_norm(x)
         logits = self.lm_head(x * self.head_multiplier).float()
         if targets_BT is None:
             return ModelOutput(logits=logits)
         lm_loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets_BT.reshape(-1))
-        aux = [m.aux_loss for m in self.moe_layers if m.aux_loss is not None]
-        aux_loss = torch.stack(aux).sum() if aux else None
+        if len(aux.losses) != len(self.moe_layers):
+            raise RuntimeError(
+                f"{len(self.moe_layers)} MoE layers ran but {len(aux.losses)} aux losses reached the model: a "
+                "wrapper replaced the aux_out collector; pass it through unchanged"
+            )
+        aux_loss = aux.total()
         loss = lm_loss + aux_loss if aux_loss is not None else lm_loss
         return ModelOutput(logits=logits, loss=loss, lm_loss=lm_loss, aux_loss=aux_loss)

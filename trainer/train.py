@@ -29,11 +29,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from hyperwatch.trainer.config import Config, ConfigError
 from hyperwatch.trainer.data import Corpus, load_corpus
-from hyperwatch.trainer.loader import TokenLoader, iter_eval_batches
+from hyperwatch.trainer.data.loader import TokenLoader, iter_eval_batches
 from hyperwatch.trainer.model import Transformer
 from hyperwatch.trainer.optim import build_optimizers
+from hyperwatch.trainer.optim.batched import is_sharded
+from hyperwatch.trainer.optim.schedule import linear_decay
+from hyperwatch.trainer.parallel import full_state, load_model_state, reshard_optimizer_state, shard_model
 from hyperwatch.trainer.runinfo import environment, run_name
-from hyperwatch.trainer.schedule import linear_decay
 from hyperwatch.trainer.sizes import ModelSize, model_size
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,7 @@ class TrainResult:
     tokens_per_second: float = math.nan
     attention_kernel: str = ""
     resumed_from: int = 0
+    compile_warmup_s: float = math.nan  # the first step's time when compiled (graph capture + codegen)
 
     @property
     def final_val_loss(self) -> float:
@@ -135,6 +138,19 @@ class Trainer:
         self.run = cfg.log.run or run_name(cfg, self.size)
         torch.manual_seed(cfg.train.seed)  # identical init on every rank
         self.model = Transformer(mcfg).to(self.device)
+        self.compiled = cfg.train.compile and self.device.type == "cuda"
+        self.fsdp = self.dist.enabled and cfg.train.parallel == "fsdp"
+        self.ddp: torch.nn.Module = self.model
+        if self.fsdp:
+            if self.compiled:
+                for block in self.model.blocks:
+                    block.compile()  # per block, before sharding (as torchtitan): FSDP's hooks stay eager
+            shard_model(self.model)  # parameters become DTensor shards: build the optimizers after
+        elif self.dist.enabled:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.ddp = DistributedDataParallel(self.model, device_ids=ids)
+        if self.compiled and not self.fsdp:
+            self.ddp = torch.compile(self.ddp)  # type: ignore[assignment]
         self.optim = build_optimizers(
             self.model,
             cfg.optim.arm,
@@ -147,12 +163,6 @@ class Trainer:
             weight_decay=cfg.optim.weight_decay,
             betas=(cfg.optim.beta1, cfg.optim.beta2),
         )
-        self.ddp: torch.nn.Module = self.model
-        if self.dist.enabled:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            self.ddp = DistributedDataParallel(self.model, device_ids=ids)
-        if cfg.train.compile and self.device.type == "cuda":
-            self.ddp = torch.compile(self.ddp)  # type: ignore[assignment]
         self.bf16 = self.device.type == "cuda" and cfg.train.precision in ("auto", "bf16")
         self.loader = TokenLoader(
             self.corpus.train,
@@ -219,13 +229,16 @@ class Trainer:
             rng_states = [None] * self.dist.world_size
             dist.all_gather_object(loader_states, self.loader.state_dict())
             dist.all_gather_object(rng_states, _rng_state())
+        model_state, optim_state = self.model.state_dict(), self.optim.state_dict()
+        if self.fsdp:  # whole tensors in the file, as DDP writes it (a collective: every rank gathers)
+            model_state, optim_state = full_state(model_state), full_state(optim_state)
         if not self.is_main:
             return
         self.out_dir.mkdir(parents=True, exist_ok=True)
         state = {
             "step": step,
-            "model": self.model.state_dict(),
-            "optimizer": self.optim.state_dict(),
+            "model": model_state,
+            "optimizer": optim_state,
             "loader": loader_states,
             "rng": rng_states,
             "config": self.cfg.to_dict(),
@@ -246,8 +259,13 @@ class Trainer:
             raise ConfigError(
                 f"resume: {path} was written by {len(state['loader'])} ranks, this run has {self.dist.world_size}"
             )
-        self.model.load_state_dict(state["model"])
-        self.optim.load_state_dict(state["optimizer"])
+        if self.fsdp:
+            load_model_state(self.model, state["model"])
+            self.optim.load_state_dict(state["optimizer"])
+            reshard_optimizer_state(self.optim.optimizers)
+        else:
+            self.model.load_state_dict(state["model"])
+            self.optim.load_state_dict(state["optimizer"])
         self.loader.load_state_dict(state["loader"][self.dist.rank])
         _set_rng_state(state["rng"][self.dist.rank])
         self.start_step = int(state["step"])
@@ -287,13 +305,19 @@ class Trainer:
             x, y = self.loader.next_batch()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             last = micro == self.accum - 1
-            sync = contextlib.nullcontext() if last or not self.dist.enabled else self.ddp.no_sync()  # type: ignore[operator]
+            if self.fsdp:  # reduce-scatter the gradients once per step, on the last micro-batch
+                self.model.set_requires_gradient_sync(last)  # type: ignore[operator]
+            sync = (
+                contextlib.nullcontext() if last or not self.dist.enabled or self.fsdp else self.ddp.no_sync()  # type: ignore[operator]
+            )
             with sync, self._autocast():
                 out = self.ddp(x, y)
                 assert out.loss is not None and out.lm_loss is not None
                 (out.loss / self.accum).backward()
             loss_sum += out.lm_loss.detach().float()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
+        if is_sharded(grad_norm):  # FSDP: a replicated DTensor; the plain tensor for logging
+            grad_norm = grad_norm.full_tensor()  # type: ignore[attr-defined]
         self.optim.set_lr_scale(linear_decay(step, self.total_steps, self.cfg.optim.final_lr_fraction))
         self.optim.step()
         self.optim.zero_grad(set_to_none=True)
@@ -349,7 +373,10 @@ class Trainer:
         status = "failed"
         try:
             for step in range(self.start_step, last):
+                t_step = time.perf_counter()
                 loss, grad_norm = self.train_step(step)
+                if step == self.start_step and self.compiled:
+                    self._log_compile_warmup(loss, t_step)
                 tokens = (step + 1) * tcfg.batch_tokens
                 pending.append((step, loss))
                 if monitor is not None:
@@ -391,6 +418,12 @@ class Trainer:
             self._write_summary(status)
         return self.result
 
+    def _log_compile_warmup(self, loss: torch.Tensor, t_start: float) -> None:
+        """The first compiled step includes graph capture and code generation: time and log it."""
+        float(loss)  # wait for the step to finish
+        self.result.compile_warmup_s = time.perf_counter() - t_start
+        log.info("%s: torch.compile warm-up (first step) %.1f s", self.run, self.result.compile_warmup_s)
+
     def summary(self, status: str) -> dict[str, Any]:
         r = self.result
         return {
@@ -401,6 +434,7 @@ class Trainer:
             "val_loss": r.final_val_loss,
             "tokens_per_second": r.tokens_per_second,
             "attention_kernel": r.attention_kernel,
+            "compile_warmup_s": r.compile_warmup_s,
         }
 
     def _write_summary(self, status: str) -> None:

@@ -1,6 +1,6 @@
 """File readers under hostile bytes (hypothesis): a clear, documented exception or a result, never a crash.
 
-- ``trainer.packed.read_header`` / ``read_packed``: :class:`trainer.data_errors.DataError` only.
+- ``trainer.data.packed.read_header`` / ``read_packed``: :class:`trainer.data.errors.DataError` only.
 - ``hyperwatch upload`` over a spool or JSONL folder: :class:`hooks.upload.UploadError`,
   :class:`hooks.sinks.SinkError` or :class:`hooks.schema.SchemaError` only (the CLI prints them).
 - ``trainer.sweep.load_sweep``: :class:`trainer.config.ConfigError` only.
@@ -35,8 +35,8 @@ FAST = settings(
 )
 
 # -- LITPKDS token files ---------------------------------------------------------------------------
-packed = pytest.importorskip("hyperwatch.trainer.packed")
-DataError = pytest.importorskip("hyperwatch.trainer.data_errors").DataError
+packed = pytest.importorskip("hyperwatch.trainer.data.packed")
+DataError = pytest.importorskip("hyperwatch.trainer.data.errors").DataError
 
 
 @st.composite

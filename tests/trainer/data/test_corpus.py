@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from hyperwatch.trainer.data import Corpus, DataConfig, load_corpus
-from hyperwatch.trainer.data_errors import DataError
-from hyperwatch.trainer.packed import write_packed
-from hyperwatch.trainer.tokenizer import ByteTokenizer
+from hyperwatch.trainer.data.errors import DataError
+from hyperwatch.trainer.data.packed import write_packed
+from hyperwatch.trainer.data.tokenizer import ByteTokenizer
 
 EOS = ByteTokenizer.eos_id
 

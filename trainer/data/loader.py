@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hyperwatch.trainer.data_errors import DataError
+from hyperwatch.trainer.data.errors import DataError
 
 STATE_VERSION = 1
 

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from hyperwatch.trainer.newton_schulz import NS_COEFFICIENTS, newton_schulz5
 from hyperwatch.trainer.optim import AdamH, Muon, MuonH, OptimizerSet, build_optimizers
-from tests.trainer.optim_models import TinyRolesModel, batch, hidden_matrices, loss_fn
+from hyperwatch.trainer.optim.newton_schulz import NS_COEFFICIENTS, newton_schulz5
+from tests.trainer.optim.models import TinyRolesModel, batch, hidden_matrices, loss_fn
 
 # Singular values of NS5's output, measured on the Gaussian matrices below (fp32, CPU): 0.682 .. 1.134.
 # The scalar map x -> p(p(p(p(p(x))))) with p(x) = a x + b x^3 + c x^5 sends every

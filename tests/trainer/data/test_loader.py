@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hyperwatch.trainer.data import TokenLoader, iter_eval_batches
-from hyperwatch.trainer.data_errors import DataError
+from hyperwatch.trainer.data.errors import DataError
 
 TOKENS = np.arange(10_000, dtype=np.int64)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hyperwatch.trainer import sources
-from hyperwatch.trainer.data_errors import DataError
-from hyperwatch.trainer.sources import read_documents
+from hyperwatch.trainer.data import sources
+from hyperwatch.trainer.data.errors import DataError
+from hyperwatch.trainer.data.sources import read_documents
 
 
 def test_text_file_is_one_document(tmp_path: Path) -> None:

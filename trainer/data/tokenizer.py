@@ -22,7 +22,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from hyperwatch.trainer.data_errors import DataError
+from hyperwatch.trainer.data.errors import DataError
 
 EOS_TOKEN = "<|endoftext|>"
 MIN_BPE_VOCAB = 257  # the 256 byte-level symbols plus the end-of-document token

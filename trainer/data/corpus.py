@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from hyperwatch.trainer.data_errors import DataError
-from hyperwatch.trainer.loader import TokenLoader, iter_eval_batches
-from hyperwatch.trainer.packed import (
+from hyperwatch.trainer.data.errors import DataError
+from hyperwatch.trainer.data.loader import TokenLoader, iter_eval_batches
+from hyperwatch.trainer.data.packed import (
     find_packed_files,
     read_header,
     read_packed,
@@ -45,8 +45,8 @@ from hyperwatch.trainer.packed import (
     token_dtype,
     write_packed,
 )
-from hyperwatch.trainer.sources import list_source_files, read_documents
-from hyperwatch.trainer.tokenizer import Tokenizer, encode_documents, load_tokenizer
+from hyperwatch.trainer.data.sources import list_source_files, read_documents
+from hyperwatch.trainer.data.tokenizer import Tokenizer, encode_documents, load_tokenizer
 
 __all__ = [
     "SOURCES",

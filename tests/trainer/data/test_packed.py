@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hyperwatch.trainer.data_errors import DataError
-from hyperwatch.trainer.packed import (
+from hyperwatch.trainer.data.errors import DataError
+from hyperwatch.trainer.data.packed import (
     HEADER_SIZE,
     find_packed_files,
     read_header,

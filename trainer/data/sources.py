@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hyperwatch.trainer.data_errors import DataError
+from hyperwatch.trainer.data.errors import DataError
 
 log = logging.getLogger(__name__)
 

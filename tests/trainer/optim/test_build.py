@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from hyperwatch.trainer.optim import AdamH, Muon, MuonH, OptimizerSet, build_optimizers
-from hyperwatch.trainer.schedule import hyperp_lr
-from tests.trainer.optim_models import WIDTH, TinyRolesModel
+from hyperwatch.trainer.optim.schedule import hyperp_lr
+from tests.trainer.optim.models import WIDTH, TinyRolesModel
 
 
 def _groups(opts: OptimizerSet) -> dict[str, dict]:

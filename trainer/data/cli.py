@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from hyperwatch.trainer.data_errors import DataError
-from hyperwatch.trainer.packed import token_dtype, write_shards
-from hyperwatch.trainer.sources import TEXT_SOURCES, read_documents
-from hyperwatch.trainer.tokenizer import MIN_BPE_VOCAB, ByteTokenizer, Tokenizer, encode_documents, train_bpe
+from hyperwatch.trainer.data.errors import DataError
+from hyperwatch.trainer.data.packed import token_dtype, write_shards
+from hyperwatch.trainer.data.sources import TEXT_SOURCES, read_documents
+from hyperwatch.trainer.data.tokenizer import MIN_BPE_VOCAB, ByteTokenizer, Tokenizer, encode_documents, train_bpe
 
 SUMMARY_FILE = "prepare.json"
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hyperwatch.trainer.data_errors import DataError
+from hyperwatch.trainer.data.errors import DataError
 
 MAGIC = b"LITPKDS"
 VERSION = 1

@@ -15,7 +15,7 @@ hyperp     MuonH, eta(d, T)                  AdamH, eta(d, T)               Adam
 hyperp_moe same as hyperp (the MoE is the model's business)
 ========== ================================ ============================== ==========================
 
-``eta(d, T) = lr * sqrt(d0/d) * (T0/T)^0.32`` (trainer.schedule.hyperp_lr). Giving the AdamW
+``eta(d, T) = lr * sqrt(d0/d) * (T0/T)^0.32`` (trainer.optim.schedule.hyperp_lr). Giving the AdamW
 groups the token factor too is our choice where the spec's table lists only ``1/sqrt(d)``:
 HyperP then has one global LR per run, as the paper's "one shared LR" for MuonH and AdamH.
 Gradient clipping (1.0) is the training loop's job; the schedule calls ``set_lr_scale``.
@@ -30,9 +30,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from hyperwatch.trainer.newton_schulz import newton_schulz5
-from hyperwatch.trainer.optimizers import AdamH, Muon, MuonH
-from hyperwatch.trainer.schedule import (
+from hyperwatch.trainer.optim.newton_schulz import newton_schulz5
+from hyperwatch.trainer.optim.optimizers import AdamH, Muon, MuonH
+from hyperwatch.trainer.optim.schedule import (
     ARMS,
     BASE_DEPTH,
     BASE_TOKENS,
@@ -59,7 +59,7 @@ class OptimizerSet:
     ``param_groups`` lists every group of every optimizer (the live dicts); each has ``name``
     (e.g. ``"hidden"``, ``"hidden_64x256"``, ``"head"``, ``"embedding"``, ``"vector"``), ``role``,
     ``param_names`` and ``initial_lr`` (the group's peak LR). ``set_lr_scale(s)`` sets every
-    group's ``lr`` to ``s * initial_lr``; the schedule (trainer.schedule.linear_decay) calls it.
+    group's ``lr`` to ``s * initial_lr``; the schedule (trainer.optim.schedule.linear_decay) calls it.
     """
 
     def __init__(self, arm: str, optimizers: Mapping[str, torch.optim.Optimizer]) -> None:

@@ -10,6 +10,11 @@ matrix's Frobenius norm equals its norm before the first step, ``c_W = ||W_0||_F
 
 Precision: updates are computed in ``promote(param dtype, float32)`` (float32 for bf16/fp32
 params, float64 for float64 params); Newton-Schulz itself runs in bf16 on CUDA.
+
+``foreach=True`` (the default) runs a step batched: elementwise state with ``torch._foreach_*``,
+Newton-Schulz and the sphere renormalisation once per group of same-shaped matrices
+(trainer/optim/batched.py), whole matrices gathered for FSDP-sharded parameters. ``foreach=False``
+is the per-matrix reference path the batched one is tested against.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from typing import Any
 
 import torch
 
-from hyperwatch.trainer.newton_schulz import NS_STEPS, newton_schulz5
+from hyperwatch.trainer.optim import batched
+from hyperwatch.trainer.optim.newton_schulz import NS_STEPS, newton_schulz5
 
 _NORM_EPS = 1e-12
 
@@ -55,11 +61,20 @@ def _check_matrices(params: list[torch.Tensor], optimizer: str) -> None:
             )
 
 
-def _muon_defaults(lr: float, momentum: float, nesterov: bool, weight_decay: float, ns_steps: int) -> dict[str, Any]:
+def _muon_defaults(
+    lr: float, momentum: float, nesterov: bool, weight_decay: float, ns_steps: int, foreach: bool
+) -> dict[str, Any]:
     _check_hyper("lr", lr)
     _check_hyper("momentum", momentum, high=1.0)
     _check_hyper("weight_decay", weight_decay)
-    return {"lr": lr, "momentum": momentum, "nesterov": nesterov, "weight_decay": weight_decay, "ns_steps": ns_steps}
+    return {
+        "lr": lr,
+        "momentum": momentum,
+        "nesterov": nesterov,
+        "weight_decay": weight_decay,
+        "ns_steps": ns_steps,
+        "foreach": foreach,
+    }
 
 
 def _init_matrix_groups(optimizer: torch.optim.Optimizer, name: str) -> None:
@@ -78,6 +93,29 @@ def _muon_direction(state: dict[str, Any], g: torch.Tensor, group: dict[str, Any
     buf.mul_(momentum).add_(g)
     u = g.add(buf, alpha=momentum) if group["nesterov"] else buf
     return newton_schulz5(u, steps=int(group["ns_steps"]))
+
+
+def _with_grads(group: dict[str, Any]) -> tuple[list[int], list[torch.Tensor]]:
+    pairs = [(i, p) for i, p in enumerate(group["params"]) if p.grad is not None]
+    return [i for i, _ in pairs], [p for _, p in pairs]
+
+
+def _muon_directions(
+    optimizer: torch.optim.Optimizer, params: list[torch.Tensor], group: dict[str, Any]
+) -> list[torch.Tensor]:
+    """:func:`_muon_direction` for a whole group: foreach momentum, batched Newton-Schulz on whole matrices."""
+    grads = [p.grad for p in params if p.grad is not None]
+    bufs = []
+    for p, g in zip(params, grads, strict=True):
+        state = optimizer.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(g)
+        bufs.append(state["momentum_buffer"])
+    momentum = float(group["momentum"])
+    torch._foreach_mul_(bufs, momentum)
+    torch._foreach_add_(bufs, grads)
+    us = torch._foreach_add(grads, bufs, alpha=momentum) if group["nesterov"] else bufs
+    return batched.orthogonalise([batched.full(u) for u in us], steps=int(group["ns_steps"]))
 
 
 class _HypersphereState(torch.optim.Optimizer):
@@ -106,10 +144,14 @@ class _HypersphereState(torch.optim.Optimizer):
             for name, value in tensors.items():
                 self.state[p][name] = value.detach().to(device=p.device, copy=True)
 
-    def _initial_norm(self, group: dict[str, Any], index: int, p: torch.Tensor) -> torch.Tensor:
+    def _initial_norm(
+        self, group: dict[str, Any], index: int, p: torch.Tensor, whole: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``c_W`` of ``p`` (recorded at its first step); ``whole`` is ``p`` gathered when it is sharded."""
         state = self.state[p]
         if "c_W" not in state:
-            c_w = _matrix_norm(p.detach().to(_work_dtype(p)))
+            w = p if whole is None else whole
+            c_w = _matrix_norm(w.detach().to(_work_dtype(w)))
             if bool(torch.any(c_w == 0)):
                 raise ValueError(
                     f"{_param_label(group, index)} has a matrix with zero Frobenius norm at the first "
@@ -119,6 +161,14 @@ class _HypersphereState(torch.optim.Optimizer):
             state["c_W"] = c_w
         c_w_stored: torch.Tensor = state["c_W"]
         return c_w_stored
+
+    def _sphere_step(
+        self, group: dict[str, Any], indices: list[int], params: list[torch.Tensor], directions: list[torch.Tensor]
+    ) -> None:
+        """The batched :meth:`_sphere_update` of a group (``directions`` whole matrices)."""
+        weights = [batched.full(p.detach()) for p in params]
+        c_ws = [self._initial_norm(group, i, p, w) for i, p, w in zip(indices, params, weights, strict=True)]
+        batched.sphere_update(params, weights, directions, c_ws, float(group["lr"]), float(group["weight_decay"]))
 
     @staticmethod
     def _sphere_update(
@@ -168,8 +218,9 @@ class Muon(torch.optim.Optimizer):
         nesterov: bool = True,
         weight_decay: float = 0.0,
         ns_steps: int = NS_STEPS,
+        foreach: bool = True,
     ) -> None:
-        super().__init__(params, _muon_defaults(lr, momentum, nesterov, weight_decay, ns_steps))
+        super().__init__(params, _muon_defaults(lr, momentum, nesterov, weight_decay, ns_steps, foreach))
         _init_matrix_groups(self, "Muon")
 
     @torch.no_grad()
@@ -182,6 +233,9 @@ class Muon(torch.optim.Optimizer):
             lr = float(group["lr"])
             peak = float(group["initial_lr"])
             decay = float(group["weight_decay"]) * (lr / peak if peak > 0 else 0.0)
+            if group.get("foreach", True):
+                self._step_batched(group, lr, decay)
+                continue
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -190,6 +244,19 @@ class Muon(torch.optim.Optimizer):
                     p.mul_(1.0 - decay)
                 p.add_(update.to(p.dtype), alpha=-lr)
         return loss
+
+    def _step_batched(self, group: dict[str, Any], lr: float, decay: float) -> None:
+        _, params = _with_grads(group)
+        if not params:
+            return
+        updates = _muon_directions(self, params, group)
+        if any(batched.is_sharded(p) for p in params):
+            whole = [batched.full(p.detach()) * (1.0 - decay) - lr * u.to(p.dtype) for p, u in zip(params, updates)]
+            batched.write_back(params, whole)
+            return
+        if decay != 0.0:
+            torch._foreach_mul_(params, 1.0 - decay)
+        torch._foreach_add_(params, [u.to(p.dtype) for p, u in zip(params, updates, strict=True)], alpha=-lr)
 
 
 class MuonH(_HypersphereState):
@@ -219,8 +286,9 @@ class MuonH(_HypersphereState):
         nesterov: bool = True,
         weight_decay: float = 0.0,
         ns_steps: int = NS_STEPS,
+        foreach: bool = True,
     ) -> None:
-        super().__init__(params, _muon_defaults(lr, momentum, nesterov, weight_decay, ns_steps))
+        super().__init__(params, _muon_defaults(lr, momentum, nesterov, weight_decay, ns_steps, foreach))
         _init_matrix_groups(self, "MuonH")
 
     @torch.no_grad()
@@ -231,6 +299,11 @@ class MuonH(_HypersphereState):
                 loss = closure()
         for group in self.param_groups:
             lr = float(group["lr"])
+            if group.get("foreach", True):
+                indices, params = _with_grads(group)
+                if params:
+                    self._sphere_step(group, indices, params, _muon_directions(self, params, group))
+                continue
             for index, p in enumerate(group["params"]):
                 if p.grad is None:
                     continue
@@ -262,13 +335,14 @@ class AdamH(_HypersphereState):
         betas: tuple[float, float] = (0.9, 0.95),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        foreach: bool = True,
     ) -> None:
         _check_hyper("lr", lr)
         _check_hyper("betas[0]", betas[0], high=1.0)
         _check_hyper("betas[1]", betas[1], high=1.0)
         _check_hyper("eps", eps)
         _check_hyper("weight_decay", weight_decay)
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "foreach": foreach}
         super().__init__(params, defaults)
         _init_matrix_groups(self, "AdamH")
 
@@ -281,6 +355,11 @@ class AdamH(_HypersphereState):
         for group in self.param_groups:
             lr = float(group["lr"])
             beta1, beta2 = (float(b) for b in group["betas"])
+            if group.get("foreach", True):
+                indices, params = _with_grads(group)
+                if params:
+                    self._sphere_step(group, indices, params, self._adam_directions(params, group))
+                continue
             for index, p in enumerate(group["params"]):
                 if p.grad is None:
                     continue
@@ -303,3 +382,30 @@ class AdamH(_HypersphereState):
                 direction = m_hat / (v_hat.sqrt() + float(group["eps"]))
                 self._sphere_update(p, direction, c_w, lr, float(group["weight_decay"]))
         return loss
+
+    def _adam_directions(self, params: list[torch.Tensor], group: dict[str, Any]) -> list[torch.Tensor]:
+        """Bias-corrected Adam directions of a group with foreach moments, as whole matrices."""
+        beta1, beta2 = (float(b) for b in group["betas"])
+        grads, exp_avgs, exp_avg_sqs, steps = [], [], [], []
+        for p in params:
+            state = self.state[p]
+            dtype = _work_dtype(p)
+            if "exp_avg" not in state:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p, dtype=dtype)
+                state["exp_avg_sq"] = torch.zeros_like(p, dtype=dtype)
+            state["step"] = int(state["step"]) + 1
+            steps.append(state["step"])
+            grads.append(p.grad.to(dtype))  # type: ignore[union-attr]
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+        torch._foreach_mul_(exp_avgs, beta1)
+        torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
+        denom = torch._foreach_div(exp_avg_sqs, [1.0 - beta2**t for t in steps])
+        torch._foreach_sqrt_(denom)
+        torch._foreach_add_(denom, float(group["eps"]))
+        directions = torch._foreach_div(exp_avgs, denom)
+        torch._foreach_div_(directions, [1.0 - beta1**t for t in steps])
+        return [batched.full(d) for d in directions]

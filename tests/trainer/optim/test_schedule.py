@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hyperwatch.trainer.schedule import (
+from hyperwatch.trainer.optim.schedule import (
     ARMS,
     check_arm,
     head_multiplier,

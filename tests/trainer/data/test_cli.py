@@ -10,7 +10,7 @@ import pytest
 
 from hyperwatch.cli import main
 from hyperwatch.trainer.data import DataConfig, TokenLoader, load_corpus
-from hyperwatch.trainer.packed import read_header
+from hyperwatch.trainer.data.packed import read_header
 
 DOCS = {
     "a.txt": "def square(x):\n    return x * x\n" * 40,

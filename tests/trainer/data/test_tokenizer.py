@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hyperwatch.trainer.data_errors import DataError
-from hyperwatch.trainer.tokenizer import (
+from hyperwatch.trainer.data.errors import DataError
+from hyperwatch.trainer.data.tokenizer import (
     BPETokenizer,
     ByteTokenizer,
     Tokenizer,

@@ -1,0 +1,81 @@
+"""FSDP2 (``--train.parallel fsdp``) on gloo/CPU: 2 and 4 ranks train as one process does, and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.trainer.test_distributed import free_port
+
+WORKER = Path(__file__).with_name("fsdp_worker.py")
+ROOT = Path(__file__).parents[2]
+
+
+def _run(world: int, tmp: Path, cache: Path, name: str, parallel: str, max_steps: int, resume: bool) -> dict[str, Any]:
+    out = tmp / f"{name}.json"
+    args = [str(out), str(cache), str(tmp / name.split("@")[0]), parallel, str(max_steps), str(resume).lower()]
+    if world == 1:
+        cmd = [sys.executable, str(WORKER), *args]
+    else:
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
+            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(WORKER), *args,
+        ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("WORLD_SIZE", None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report: dict[str, Any] = json.loads(out.read_text())
+    return report
+
+
+def _assert_same_training(got: dict[str, Any], ref: dict[str, Any]) -> None:
+    assert [s for s, _ in got["losses"]] == [s for s, _ in ref["losses"]]
+    for (_, a), (_, b) in zip(got["losses"], ref["losses"], strict=True):
+        assert a == pytest.approx(b, rel=2e-5), (got["losses"], ref["losses"])
+    assert got["counts"] == ref["counts"]  # routing of the fixed global batch, all ranks together
+    assert got["max_vio"] == pytest.approx(ref["max_vio"], rel=1e-6)
+    assert got["aux_loss"] == pytest.approx(ref["aux_loss"], rel=1e-4)
+    for name, value in ref["params"].items():
+        assert got["params"][name] == pytest.approx(value, rel=1e-4, abs=1e-4), name
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory, corpus_cache: Path) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("single")
+    report = _run(1, tmp, corpus_cache, "single", "ddp", 4, False)
+    assert report["sharded"] is False and len(report["losses"]) == 4
+    return report
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_fsdp_ranks_train_as_one_process(
+    world: int, single: dict[str, Any], tmp_path: Path, corpus_cache: Path
+) -> None:
+    got = _run(world, tmp_path, corpus_cache, f"fsdp{world}", "fsdp", 4, False)
+    assert got["sharded"] is True and got["world"] == world
+    _assert_same_training(got, single)
+
+
+def test_fsdp_checkpoint_resumes_to_the_same_run(single: dict[str, Any], tmp_path: Path, corpus_cache: Path) -> None:
+    first = _run(2, tmp_path, corpus_cache, "run", "fsdp", 2, False)
+    assert len(first["losses"]) == 2
+    resumed = _run(2, tmp_path, corpus_cache, "run@2", "fsdp", 4, True)
+    assert resumed["resumed_from"] == 2
+    _assert_same_training(resumed, single)
+
+
+def test_fsdp_checkpoint_is_whole_tensors_and_resumes_without_sharding(
+    single: dict[str, Any], tmp_path: Path, corpus_cache: Path
+) -> None:
+    """A checkpoint written by 2 FSDP ranks holds whole tensors; 2 DDP ranks continue it."""
+    _run(2, tmp_path, corpus_cache, "mix", "fsdp", 2, False)
+    resumed = _run(2, tmp_path, corpus_cache, "mix@ddp", "ddp", 4, True)
+    assert resumed["sharded"] is False and resumed["resumed_from"] == 2
+    _assert_same_training(resumed, single)

@@ -1,0 +1,96 @@
+"""Data parallelism for the trainer: DDP (replicated) or FSDP2 (``fully_shard``, sharded).
+
+``--train.parallel fsdp`` shards every parameter, gradient and optimizer state over the ranks
+(FSDP2: each block is its own all-gather unit, then the root), so a model whose replicated
+weights + AdamW/Muon state do not fit one GPU trains on several. What stays the same as DDP:
+
+* MuonH/AdamH/Muon see whole matrices: their step gathers the direction and the weight, every
+  rank computes the same orthogonalised, renormalised update and keeps its shard of it
+  (trainer/optim/batched.py). Momentum and Adam moments stay sharded (elementwise).
+* The MoE's global aux loss and MaxVio: the router all-reduces counts and probabilities over
+  the data-parallel group itself (trainer/moe.py), independent of how weights are stored.
+* Checkpoints: :func:`full_state` gathers every sharded tensor (model and optimizer) into whole
+  tensors, so the file is the one a DDP or single-process run writes; :func:`load_model_state`
+  and :func:`reshard_optimizer_state` put a loaded file back into shards. A run can resume
+  under either strategy.
+
+Parameters stay fp32 in FSDP's all-gather; bf16 compute comes from autocast, as under DDP (the
+router's fp32 logits need the fp32 weights).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from hyperwatch.trainer.optim.batched import is_sharded
+
+PARALLEL = ("ddp", "fsdp")
+
+
+def shard_model(model: nn.Module) -> nn.Module:
+    """``fully_shard`` each transformer block, then the root (embedding, final norm, head)."""
+    from torch.distributed.fsdp import fully_shard
+
+    blocks = getattr(model, "blocks", None)
+    if blocks is None:
+        raise TypeError(f"{type(model).__name__} has no .blocks: FSDP sharding here expects the bundled Transformer")
+    for block in blocks:
+        fully_shard(block)
+    fully_shard(model)
+    return model
+
+
+def full_state(obj: Any) -> Any:
+    """``obj`` with every sharded tensor gathered to a whole one (a collective: call on every rank)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.full_tensor() if is_sharded(obj) else obj  # type: ignore[attr-defined]
+    if isinstance(obj, Mapping):
+        return {k: full_state(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [full_state(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(full_state(v) for v in obj)
+    return obj
+
+
+def _shard_like(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of ``full`` with the placement of ``like`` (no communication)."""
+    from torch.distributed.tensor import distribute_tensor
+
+    full = full.to(device=like.device, dtype=like.dtype)
+    return distribute_tensor(full, like.device_mesh, like.placements, src_data_rank=None)  # type: ignore[attr-defined]
+
+
+@torch.no_grad()
+def load_model_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """Load whole tensors into ``model``, into each rank's shard where the model is sharded."""
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    if missing or unexpected:
+        raise KeyError(f"checkpoint does not match the model: missing {missing}, unexpected {unexpected}")
+    for name, target in own.items():
+        value = state[name]
+        if is_sharded(target):
+            target.to_local().copy_(_shard_like(value, target).to_local())  # type: ignore[attr-defined]
+        else:
+            target.copy_(value)
+
+
+def reshard_optimizer_state(optimizers: Mapping[str, torch.optim.Optimizer]) -> None:
+    """After ``load_state_dict`` of whole tensors: shard each state tensor shaped like its sharded parameter.
+
+    Momentum, Adam moments have the parameter's shape and become shards; ``c_W`` ((E, 1, 1)),
+    step counters and other shapes stay whole (every rank holds them).
+    """
+    for opt in optimizers.values():
+        for p, state in opt.state.items():
+            if not is_sharded(p):
+                continue
+            for key, value in list(state.items()):
+                if isinstance(value, torch.Tensor) and not is_sharded(value) and tuple(value.shape) == tuple(p.shape):
+                    state[key] = _shard_like(value, p)
