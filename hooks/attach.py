@@ -100,7 +100,7 @@ def attach(
     plan = discover(model, adapter, attention, mlp, router, top_k)
     n_layers = max(s.index for s in plan.layers) + 1
     full_config = dict(config or {})
-    full_config.setdefault("_hyperwatch", _environment(model, plan.family, every, n_layers))
+    full_config.setdefault("_hyperwatch", {**_environment(model, plan.family, every, n_layers), **plan.notes})
     info = RunInfo(name=run, config=full_config, fields={"status": "running", **run_fields})
     rank0 = not (dist.is_available() and dist.is_initialized()) or dist.get_rank(process_group) == 0
     built = make_sink(sink, spool, token) if rank0 else None

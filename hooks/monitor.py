@@ -34,6 +34,7 @@ from torch import nn
 from hyperwatch.hooks import indicators
 from hyperwatch.hooks.accumulate import GRAD_NORM, LOSS, LOSS_N, Accumulator, LayerValues
 from hyperwatch.hooks.adapters import ModelPlan
+from hyperwatch.hooks.mha import MhaProbe
 from hyperwatch.hooks.probes import (
     BranchProbe,
     BundledMoEProbe,
@@ -135,9 +136,12 @@ class Monitor:
         for spec in self.plan.layers:
             i = spec.index
             if spec.attention is not None:
-                self.probes.append(BranchProbe(acc, gate, i, spec.attention, "attention"))
+                branch = spec.attention_output if spec.attention_output is not None else spec.attention
+                self.probes.append(BranchProbe(acc, gate, i, branch, "attention"))
                 if spec.bundled:
                     self.probes.append(KernelLseProbe(acc, gate, i, spec.attention, self._report))
+                elif spec.mha:
+                    self.probes.append(MhaProbe(acc, gate, i, spec.attention, chunk_elements))
                 else:
                     self.probes.append(InterceptProbe(acc, gate, i, spec.attention, self._report, chunk_elements))
             if spec.mlp is not None:
