@@ -95,8 +95,10 @@ class Monitor:
         process_group: Any = None,
         chunk_elements: int = indicators.DEFAULT_CHUNK_ELEMENTS,
         auto_grad_norm: bool = True,
+        close_timeout: float = 5.0,
     ) -> None:
         self.every = _check_int(every, "every", 1)
+        self.close_timeout = close_timeout
         self.model = model
         self.plan = plan
         self.run = run
@@ -108,6 +110,10 @@ class Monitor:
         self.sink = sink if self.rank == 0 else None
         self.unavailable: dict[str, str] = dict(plan.unavailable)
         self._reported: set[str] = set()
+        self._sent_unavailable = dict(plan.unavailable)  # what the sink has (sent with the run)
+        self._warned_no_grad = False
+        if plan.unavailable:
+            run.fields["unavailable"] = dict(plan.unavailable)
         self._checked_missing = False
         self.closed = False
         self._finished = False
@@ -244,14 +250,25 @@ class Monitor:
         self._probes_armed = False
 
     def close(self, status: str | None = "finished") -> None:
-        """Detach, mark the run ``status`` (unless finish() was called), deliver, close the sink."""
+        """Detach, mark the run ``status`` (unless finish() was called), deliver, close the sink.
+
+        Bounded by ``close_timeout`` (``hooks.attach(close_timeout=...)`` or
+        ``$HYPERWATCH_CLOSE_TIMEOUT``, default 5 s) for the HTTP sink's delivery; what is not
+        delivered by then stays in its spool and the replay command is logged.
+        """
         if self.closed:
             return
         self.detach()
         if status is not None:
             self.finish(status)
         self._jobs.put(None)
-        self._emitter.join()
+        self._emitter.join(timeout=max(self.close_timeout, 1.0))
+        if self._emitter.is_alive():
+            log.warning(
+                "hooks: the sink of run %r still had not taken the last batches after %.1f s; closing anyway",
+                self.run.name,
+                max(self.close_timeout, 1.0),
+            )
         self.closed = True
         if self.sink is not None:
             try:
@@ -266,6 +283,20 @@ class Monitor:
         self.close("failed" if exc_type is not None else "finished")
 
     # -- one logged step --
+    def _warn_no_grad(self, step: int) -> None:
+        """Once per monitor: every .grad was None at step(), so grad_norm is lost silently otherwise."""
+        self._warned_no_grad = True
+        if not any(p.requires_grad for p in self.model.parameters()):
+            return
+        log.warning(
+            "hooks: run %r, step %d: every parameter's .grad is None at mon.step(), so grad_norm is not "
+            "recorded. Call mon.step(...) after opt.step() and before opt.zero_grad() (which sets the "
+            "gradients to None), or pass mon.step(..., grad_norm=clip_grad_norm_(...)); "
+            "hooks.attach(..., grad_norm=False) silences this",
+            self.run.name,
+            step,
+        )
+
     def _grad_norm(self) -> torch.Tensor | None:
         grads = [p.grad.detach() for p in self.model.parameters() if p.grad is not None]
         if not grads:
@@ -287,6 +318,8 @@ class Monitor:
         gn: Scalar | None = grad_norm
         if gn is None and self.auto_grad_norm:
             gn = self._grad_norm()
+            if gn is None and not self._warned_no_grad:
+                self._warn_no_grad(step)
         acc.record_grad_norm(gn if gn is not None else math.nan)
         weight_names: list[tuple[int, str]] = []
         if self.sink is None:  # ranks other than 0 only took part in the all-reduce
@@ -334,6 +367,15 @@ class Monitor:
             points.append(Point(name, step, float(value), layer=layer, tokens=tokens))
         self._check_missing(layers)
         self._write(points)
+        self._send_unavailable()
+
+    def _send_unavailable(self) -> None:
+        """Tell the sink about indicators reported unavailable since the run was created (emitter thread)."""
+        if self.sink is None or self.unavailable == self._sent_unavailable:
+            return
+        current = dict(self.unavailable)
+        self.sink.update({"unavailable": current})
+        self._sent_unavailable = current
 
     def _check_missing(self, layers: list[LayerValues]) -> None:
         """After the first logged step with data: report each expected indicator that did not come."""
