@@ -259,6 +259,8 @@ class Monitor:
         if self.closed:
             return
         self.detach()
+        if self.sink is not None:
+            self._submit(self._send_unavailable)  # reported after the last emitted step
         if status is not None:
             self.finish(status)
         self._jobs.put(None)

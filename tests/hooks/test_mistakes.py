@@ -122,3 +122,13 @@ def test_all_gradients_none_at_step_warns_once(caplog: pytest.LogCaptureFixture)
             one_step(mon, model, step)
     assert not [r for r in caplog.records if "grad is None" in r.getMessage()]
     assert set(sink.values("grad_norm")) == {0, 1}
+
+
+def test_upload_to_an_api_path_says_give_the_base_url(service: FakeService, tmp_path: Path) -> None:
+    with hooks.attach(tiny(), run="off", sink=tmp_path / "off", every=1) as mon:
+        one_step(mon, mon.model)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "hyperwatch", "upload", str(tmp_path / "off"), "--server", service.url + "/api/v1"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert f"give it without /api/v1, e.g. --server {service.url}" in done.stdout
