@@ -10,8 +10,18 @@ An adapter only *finds* modules; :mod:`hooks.probes` measures them. Families:
   ``block_sparse_moe``...): Hugging Face Llama, Qwen2, GPT-2, Mixtral, Qwen2-MoE, OLMoE and most
   hand-written GPTs. An MoE router is the MLP's ``gate``/``router`` child. Attention Z comes from
   intercepting the attention call (:mod:`hooks.intercept`).
+- ``torch``: PyTorch's own ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``
+  (alone, in ``nn.TransformerEncoder``/``nn.TransformerDecoder``/``nn.Transformer`` or any
+  container; ``batch_first`` and ``norm_first`` either way), numbered in module order (encoder
+  layers before decoder layers). The branch outputs added to the residual stream are the outputs
+  of ``dropout1`` (self-attention) and ``dropout2`` (encoder) / ``dropout3`` (decoder) after
+  ``linear2``: hooks on those modules see exactly what is added, before or after the norm.
+  Attention Z is the self-attention's, recomputed by :mod:`hooks.mha`. A decoder layer's
+  cross-attention (``multihead_attn``) is not folded into its layer's indicators (mixing two
+  attentions into one Z would hide either); it is listed as unavailable with how to measure it.
 - ``pattern``: the user names modules by glob over qualified names
   (``attention="*.attn", mlp="*.mlp", router="*.mlp.gate"``); the i-th match is layer i.
+  With ``adapter="auto"`` a glob overrides only its own branch: the others stay auto-detected.
 
 What an adapter cannot find is returned in :attr:`ModelPlan.unavailable` with the reason and
 the fix, so the monitor reports it once instead of leaving a silent gap.
@@ -24,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
+
+from hyperwatch.hooks import mha
 
 ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention", "attn_layer")
 MLP_NAMES = ("mlp", "block_sparse_moe", "feed_forward", "ffn", "moe", "mlp_layer")
@@ -43,6 +55,8 @@ class LayerSpec:
     n_experts: int = 0
     top_k: int = 0
     bundled: bool = False  # attention has capture_lse / mlp may be the bundled MoE
+    attention_output: nn.Module | None = None  # whose output is the attention branch (default: attention)
+    mha: bool = False  # attention is an nn.MultiheadAttention: Z recomputed by hooks.mha
 
 
 @dataclass
@@ -50,6 +64,7 @@ class ModelPlan:
     family: str
     layers: list[LayerSpec]
     unavailable: dict[str, str] = field(default_factory=dict)  # "metric[@layer]" -> reason and fix
+    notes: dict[str, str] = field(default_factory=dict)  # how values are obtained, stored in the run config
 
 
 def _int_attr(*objs: Any, names: tuple[str, ...]) -> int:
@@ -145,6 +160,43 @@ def layers_plan(model: nn.Module) -> ModelPlan:
                 spec.router = router
                 spec.n_experts, spec.top_k = _router_size(router, spec.mlp, model)
         plan.layers.append(spec)
+    return _note_mha(plan)
+
+
+TORCH_LAYERS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+
+
+TorchLayer = nn.TransformerEncoderLayer | nn.TransformerDecoderLayer
+
+
+def _torch_layers(model: nn.Module) -> list[tuple[str, TorchLayer]]:
+    """PyTorch transformer layers of ``model`` in module order (outermost only)."""
+    found = [(n, m) for n, m in model.named_modules() if isinstance(m, TORCH_LAYERS)]
+    return [(n, m) for n, m in found if not any(n != o and n.startswith(o + ".") for o, _ in found if o)]
+
+
+def torch_plan(model: nn.Module) -> ModelPlan:
+    """Layers made of ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``."""
+    layers = _torch_layers(model)
+    if not layers:
+        raise AdapterError(f"{type(model).__name__}: holds no nn.TransformerEncoderLayer/nn.TransformerDecoderLayer")
+    plan = ModelPlan("torch", [])
+    decoders = []
+    for i, (name, layer) in enumerate(layers):
+        spec = LayerSpec(index=i, attention=layer.self_attn, attention_output=layer.dropout1, mha=True)
+        decoder = isinstance(layer, nn.TransformerDecoderLayer)
+        spec.mlp = layer.dropout3 if isinstance(layer, nn.TransformerDecoderLayer) else layer.dropout2
+        plan.layers.append(spec)
+        if decoder:
+            decoders.append(name or type(layer).__name__)
+    _note_mha(plan)
+    if decoders:
+        plan.unavailable["cross_attention"] = (
+            f"the cross-attention (multihead_attn) of the decoder layers {decoders[:4]}"
+            f"{'...' if len(decoders) > 4 else ''} is not measured: attention_z, attention_rms and "
+            "attention_outlier_ratio are their self-attention's; to watch the cross-attention instead, pass "
+            "hooks.attach(..., attention='*.multihead_attn')"
+        )
     return plan
 
 
@@ -194,6 +246,54 @@ def pattern_plan(
         plan.unavailable["attention_rms"] = plan.unavailable["attention_z"]
     if mlp is None:
         plan.unavailable["mlp_rms"] = "no mlp glob given; pass hooks.attach(..., mlp='<glob>')"
+    return _note_mha(plan)
+
+
+def _auto_plan(model: nn.Module) -> ModelPlan:
+    if _is_bundled(model):
+        return bundled_plan(model)
+    if _torch_layers(model):
+        return torch_plan(model)
+    return layers_plan(model)
+
+
+def _override(plan: ModelPlan, patterns: ModelPlan, attention: str | None, mlp: str | None, router: str | None) -> None:
+    """Replace the branches named by a glob in ``plan`` (auto-detected) with the glob's matches."""
+    given = {"attention": attention, "mlp": mlp, "router": router}
+    for branch, glob in given.items():
+        if glob is None:
+            continue
+        matched = [s for s in patterns.layers if getattr(s, branch) is not None]
+        if len(matched) != len(plan.layers):
+            raise AdapterError(
+                f"{branch}={glob!r} matches {len(matched)} modules but the {plan.family} adapter found "
+                f"{len(plan.layers)} layers; make the glob match one module per layer, or pass "
+                "adapter='pattern' to use globs alone"
+            )
+        for spec, src in zip(plan.layers, matched):
+            if branch == "attention":
+                spec.attention, spec.attention_output, spec.mha = src.attention, None, src.mha
+                spec.bundled = False  # a named module is intercepted, whatever the model
+            elif branch == "mlp":
+                spec.mlp = src.mlp
+            else:
+                spec.router, spec.n_experts, spec.top_k = src.router, src.n_experts, src.top_k
+        prefixes = {"attention": ("attention_z", "attention_rms"), "mlp": ("mlp_rms",), "router": ("router_z",)}
+        for key in [k for k in plan.unavailable if k.split("@")[0] in prefixes[branch]]:
+            del plan.unavailable[key]
+        if branch == "attention":
+            plan.unavailable.pop("cross_attention", None)
+    _note_mha(plan)
+    plan.family += "+pattern"
+
+
+def _note_mha(plan: ModelPlan) -> ModelPlan:
+    """Mark nn.MultiheadAttention modules for :mod:`hooks.mha` and record how their Z is obtained."""
+    plan.notes.pop("attention_z_source", None)
+    for spec in plan.layers:
+        spec.mha = isinstance(spec.attention, nn.MultiheadAttention) and not spec.bundled
+        if spec.mha:
+            plan.notes["attention_z_source"] = mha.RECOMPUTED
     return plan
 
 
@@ -205,19 +305,38 @@ def discover(
     router: str | None = None,
     top_k: int | None = None,
 ) -> ModelPlan:
-    """The plan for ``model``: patterns win when given; else the bundled model, else a layer list."""
-    if adapter not in ("auto", "bundled", "layers", "pattern"):
-        raise AdapterError(f"adapter: unknown {adapter!r}; use 'auto', 'bundled', 'layers' or 'pattern'")
+    """The plan for ``model``.
+
+    ``adapter="auto"``: the bundled model, else PyTorch's transformer layers, else a layer list;
+    a glob given for one branch replaces that branch only, the others stay auto-detected (when
+    nothing can be auto-detected, the globs alone make the plan). ``adapter="pattern"``: globs only.
+    """
+    if adapter not in ("auto", "bundled", "torch", "layers", "pattern"):
+        raise AdapterError(f"adapter: unknown {adapter!r}; use 'auto', 'bundled', 'torch', 'layers' or 'pattern'")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise AdapterError(f"top_k: must be a positive integer (experts per token), got {top_k!r}")
-    if adapter == "pattern" or (adapter == "auto" and any(p is not None for p in (attention, mlp, router))):
+    patterns_given = any(p is not None for p in (attention, mlp, router))
+    if adapter == "pattern":
         return pattern_plan(model, attention, mlp, router, top_k)
-    if adapter == "bundled" or (adapter == "auto" and _is_bundled(model)):
-        if not _is_bundled(model):
-            raise AdapterError("adapter='bundled': the model has no .blocks with .attn.capture_lse; use adapter='auto'")
-        return bundled_plan(model)
-    plan = layers_plan(model)
+    if adapter == "bundled" and not _is_bundled(model):
+        raise AdapterError("adapter='bundled': the model has no .blocks with .attn.capture_lse; use adapter='auto'")
+    if adapter == "bundled":
+        plan = bundled_plan(model)
+    elif adapter == "torch":
+        plan = torch_plan(model)
+    elif adapter == "layers":
+        plan = layers_plan(model)
+    else:
+        try:
+            plan = _auto_plan(model)
+        except AdapterError:
+            if not patterns_given:
+                raise
+            return pattern_plan(model, attention, mlp, router, top_k)
+    if patterns_given:
+        _override(plan, pattern_plan(model, attention, mlp, router, top_k), attention, mlp, router)
     if top_k is not None:
         for spec in plan.layers:
-            spec.top_k = top_k
+            if spec.router is not None and not spec.bundled:
+                spec.top_k = top_k
     return plan

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 from typing import Any
 
@@ -15,22 +16,53 @@ from hyperwatch.hooks import indicators
 from hyperwatch.hooks.adapters import discover
 from hyperwatch.hooks.monitor import Monitor
 from hyperwatch.hooks.sinks.base import FanOut, RunInfo, Sink, SinkError
-from hyperwatch.hooks.sinks.http import HttpSink
+from hyperwatch.hooks.sinks.http import HttpSink, check_close_timeout, default_close_timeout
 from hyperwatch.hooks.sinks.jsonl import JsonlSink
 
 SinkSpec = Sink | str | os.PathLike[str] | list[Any] | tuple[Any, ...]
 
 
-def make_sink(sink: SinkSpec, spool: str | os.PathLike[str] | None = None, token: str | None = None) -> Sink:
-    """``"http(s)://..."`` -> HttpSink (with spool); a path -> JsonlSink; a list -> FanOut; a Sink as is."""
+_HOST_PORT = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:[0-9]{1,5}(/.*)?$")
+"""``host:port[/path]``: a service address without its scheme, not a folder a user would name."""
+
+
+def _check_folder_string(sink: str) -> None:
+    """Refuse strings that are service addresses missing their scheme (they would silently become a
+    folder named ``localhost:8000``). A path that exists stays a folder, and so does any string
+    that is plainly a path (``./localhost:8000``, ``runs/x``, a pathlib.Path)."""
+    if "://" in sink:
+        scheme = sink.split("://", 1)[0]
+        raise SinkError(
+            f"sink={sink!r}: the {scheme}:// scheme is not supported; give an http:// or https:// URL of "
+            "the service, e.g. sink='http://localhost:8000', or a folder path for offline JSONL"
+        )
+    if _HOST_PORT.match(sink) and not os.path.exists(sink):
+        raise SinkError(
+            f"sink={sink!r} has no scheme: did you mean http://{sink}? "
+            f"(to write an offline JSONL folder by that name, pass './{sink}' or pathlib.Path({sink!r}))"
+        )
+
+
+def make_sink(
+    sink: SinkSpec,
+    spool: str | os.PathLike[str] | None = None,
+    token: str | None = None,
+    close_timeout: float | None = None,
+) -> Sink:
+    """``"http(s)://..."`` -> HttpSink (with spool); a path -> JsonlSink; a list -> FanOut; a Sink as is.
+
+    A string that looks like ``host:port`` (no scheme) is refused with the URL it probably meant.
+    """
     if isinstance(sink, Sink):
         return sink
     if isinstance(sink, (list, tuple)):
         if not sink:
             raise SinkError("sink: the list is empty; give at least one URL, folder or Sink")
-        return FanOut([make_sink(s, spool, token) for s in sink])
+        return FanOut([make_sink(s, spool, token, close_timeout) for s in sink])
     if isinstance(sink, str) and sink.startswith(("http://", "https://")):
-        return HttpSink(sink, token=token, spool=spool)
+        return HttpSink(sink, token=token, spool=spool, close_timeout=close_timeout)
+    if isinstance(sink, str):
+        _check_folder_string(sink)
     if isinstance(sink, (str, os.PathLike)):
         return JsonlSink(sink)
     raise SinkError(
@@ -75,6 +107,7 @@ def attach(
     spool: str | os.PathLike[str] | None = None,
     token: str | None = None,
     chunk_elements: int = indicators.DEFAULT_CHUNK_ELEMENTS,
+    close_timeout: float | None = None,
     **run_fields: Any,
 ) -> Monitor:
     """Attach stability hooks to ``model`` and stream them to ``sink`` every ``every`` steps.
@@ -88,6 +121,9 @@ def attach(
       recognize (``top_k``: experts per token when the router returns bare logits).
     - ``weights``: also each hidden matrix's Frobenius norm and update/weight ratio.
     - ``grad_norm``: compute the gradient norm when ``step`` is not given one.
+    - ``close_timeout``: ``close()`` returns within about this many seconds (default
+      ``$HYPERWATCH_CLOSE_TIMEOUT``, else 5): what the HTTP sink has not delivered by then stays in
+      its spool, and the exact ``hyperwatch upload <spool folder> --server <url>`` command is logged.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: must be a torch.nn.Module, got {type(model).__name__}")
@@ -100,10 +136,11 @@ def attach(
     plan = discover(model, adapter, attention, mlp, router, top_k)
     n_layers = max(s.index for s in plan.layers) + 1
     full_config = dict(config or {})
-    full_config.setdefault("_hyperwatch", _environment(model, plan.family, every, n_layers))
+    full_config.setdefault("_hyperwatch", {**_environment(model, plan.family, every, n_layers), **plan.notes})
     info = RunInfo(name=run, config=full_config, fields={"status": "running", **run_fields})
     rank0 = not (dist.is_available() and dist.is_initialized()) or dist.get_rank(process_group) == 0
-    built = make_sink(sink, spool, token) if rank0 else None
+    timeout = default_close_timeout() if close_timeout is None else check_close_timeout(close_timeout)
+    built = make_sink(sink, spool, token, timeout) if rank0 else None
     return Monitor(
         model,
         plan,
@@ -114,4 +151,5 @@ def attach(
         process_group=process_group,
         chunk_elements=chunk_elements,
         auto_grad_norm=grad_norm,
+        close_timeout=timeout,
     )

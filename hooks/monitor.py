@@ -34,6 +34,7 @@ from torch import nn
 from hyperwatch.hooks import indicators
 from hyperwatch.hooks.accumulate import GRAD_NORM, LOSS, LOSS_N, Accumulator, LayerValues
 from hyperwatch.hooks.adapters import ModelPlan
+from hyperwatch.hooks.mha import MhaProbe
 from hyperwatch.hooks.probes import (
     BranchProbe,
     BundledMoEProbe,
@@ -94,8 +95,10 @@ class Monitor:
         process_group: Any = None,
         chunk_elements: int = indicators.DEFAULT_CHUNK_ELEMENTS,
         auto_grad_norm: bool = True,
+        close_timeout: float = 5.0,
     ) -> None:
         self.every = _check_int(every, "every", 1)
+        self.close_timeout = close_timeout
         self.model = model
         self.plan = plan
         self.run = run
@@ -107,6 +110,10 @@ class Monitor:
         self.sink = sink if self.rank == 0 else None
         self.unavailable: dict[str, str] = dict(plan.unavailable)
         self._reported: set[str] = set()
+        self._sent_unavailable = dict(plan.unavailable)  # what the sink has (sent with the run)
+        self._warned_no_grad = False
+        if plan.unavailable:
+            run.fields["unavailable"] = dict(plan.unavailable)
         self._checked_missing = False
         self.closed = False
         self._finished = False
@@ -135,9 +142,12 @@ class Monitor:
         for spec in self.plan.layers:
             i = spec.index
             if spec.attention is not None:
-                self.probes.append(BranchProbe(acc, gate, i, spec.attention, "attention"))
+                branch = spec.attention_output if spec.attention_output is not None else spec.attention
+                self.probes.append(BranchProbe(acc, gate, i, branch, "attention"))
                 if spec.bundled:
                     self.probes.append(KernelLseProbe(acc, gate, i, spec.attention, self._report))
+                elif spec.mha:
+                    self.probes.append(MhaProbe(acc, gate, i, spec.attention, chunk_elements))
                 else:
                     self.probes.append(InterceptProbe(acc, gate, i, spec.attention, self._report, chunk_elements))
             if spec.mlp is not None:
@@ -240,14 +250,27 @@ class Monitor:
         self._probes_armed = False
 
     def close(self, status: str | None = "finished") -> None:
-        """Detach, mark the run ``status`` (unless finish() was called), deliver, close the sink."""
+        """Detach, mark the run ``status`` (unless finish() was called), deliver, close the sink.
+
+        Bounded by ``close_timeout`` (``hooks.attach(close_timeout=...)`` or
+        ``$HYPERWATCH_CLOSE_TIMEOUT``, default 5 s) for the HTTP sink's delivery; what is not
+        delivered by then stays in its spool and the replay command is logged.
+        """
         if self.closed:
             return
         self.detach()
+        if self.sink is not None:
+            self._submit(self._send_unavailable)  # reported after the last emitted step
         if status is not None:
             self.finish(status)
         self._jobs.put(None)
-        self._emitter.join()
+        self._emitter.join(timeout=max(self.close_timeout, 1.0))
+        if self._emitter.is_alive():
+            log.warning(
+                "hooks: the sink of run %r still had not taken the last batches after %.1f s; closing anyway",
+                self.run.name,
+                max(self.close_timeout, 1.0),
+            )
         self.closed = True
         if self.sink is not None:
             try:
@@ -262,6 +285,20 @@ class Monitor:
         self.close("failed" if exc_type is not None else "finished")
 
     # -- one logged step --
+    def _warn_no_grad(self, step: int) -> None:
+        """Once per monitor: every .grad was None at step(), so grad_norm is lost silently otherwise."""
+        self._warned_no_grad = True
+        if not any(p.requires_grad for p in self.model.parameters()):
+            return
+        log.warning(
+            "hooks: run %r, step %d: every parameter's .grad is None at mon.step(), so grad_norm is not "
+            "recorded. Call mon.step(...) after opt.step() and before opt.zero_grad() (which sets the "
+            "gradients to None), or pass mon.step(..., grad_norm=clip_grad_norm_(...)); "
+            "hooks.attach(..., grad_norm=False) silences this",
+            self.run.name,
+            step,
+        )
+
     def _grad_norm(self) -> torch.Tensor | None:
         grads = [p.grad.detach() for p in self.model.parameters() if p.grad is not None]
         if not grads:
@@ -283,6 +320,8 @@ class Monitor:
         gn: Scalar | None = grad_norm
         if gn is None and self.auto_grad_norm:
             gn = self._grad_norm()
+            if gn is None and not self._warned_no_grad:
+                self._warn_no_grad(step)
         acc.record_grad_norm(gn if gn is not None else math.nan)
         weight_names: list[tuple[int, str]] = []
         if self.sink is None:  # ranks other than 0 only took part in the all-reduce
@@ -330,6 +369,15 @@ class Monitor:
             points.append(Point(name, step, float(value), layer=layer, tokens=tokens))
         self._check_missing(layers)
         self._write(points)
+        self._send_unavailable()
+
+    def _send_unavailable(self) -> None:
+        """Tell the sink about indicators reported unavailable since the run was created (emitter thread)."""
+        if self.sink is None or self.unavailable == self._sent_unavailable:
+            return
+        current = dict(self.unavailable)
+        self.sink.update({"unavailable": current})
+        self._sent_unavailable = current
 
     def _check_missing(self, layers: list[LayerValues]) -> None:
         """After the first logged step with data: report each expected indicator that did not come."""

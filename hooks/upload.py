@@ -33,6 +33,7 @@ from hyperwatch.hooks.sinks.folder import (
     read_json,
     recover_inflight,
 )
+from hyperwatch.hooks.sinks.settings import base_url_hint
 
 
 class UploadError(RuntimeError):
@@ -87,6 +88,10 @@ class Uploader:
         if kind == client.DELIVERED:
             return
         hint = " (set --token or HYPERWATCH_TOKEN)" if kind == client.AUTH else ""
+        if kind == client.UNKNOWN_RUN and what.startswith("creating run"):
+            better = base_url_hint(self.server)
+            example = better if better != self.server else "http://localhost:8000"
+            hint = f" ({self.server} is not the service's base URL; give it without /api/v1, e.g. --server {example})"
         raise UploadError(f"{what}: HTTP {resp.status or 'no answer'} {resp.error or resp.body}{hint}")
 
     def upload(self, folder: Path) -> int:

@@ -76,6 +76,8 @@ ProjectName = Annotated[str, BeforeValidator(_checked(lambda v: validate_run_nam
 Status = Literal["running", "finished", "failed", "crashed"]
 Tag = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:=+@/-]+$")]
 XAxis = Literal["step", "tokens", "flops", "fraction"]
+UnavailableKey = Annotated[str, Field(min_length=1, max_length=200)]
+UnavailableReason = Annotated[str, Field(max_length=2000)]
 
 
 class Strict(BaseModel):
@@ -229,6 +231,11 @@ class RunFields(Strict):
     optimizer: str | None = Field(default=None, max_length=64)
     parameterization: str | None = Field(default=None, max_length=64)
     export_layers: bool | None = Field(default=None, description="export per-layer gauges on /metrics (label layer)")
+    unavailable: dict[UnavailableKey, UnavailableReason] | None = Field(
+        default=None,
+        max_length=2000,
+        description="indicators the hooks could not measure, {'attention_z@3': reason}; merged into the stored ones",
+    )
 
 
 class RunCreate(RunFields):
@@ -262,6 +269,7 @@ class RunOut(BaseModel):
     optimizer: str | None
     parameterization: str | None
     export_layers: bool
+    unavailable: dict[str, str] = Field(default_factory=dict, description="indicators the hooks could not measure")
     last_step: int | None
     last_point_at: datetime | None
     created_at: datetime

@@ -352,6 +352,9 @@ class Trainer:
             config=config,
             token=self.cfg.log.token or None,
             spool=str(self.out_dir / "spool"),
+            # The bundled trainer waits longer than the hooks' default for delivery at the end: sweeps
+            # and the demo read the run back from the service right after. The env var still wins.
+            close_timeout=None if os.environ.get("HYPERWATCH_CLOSE_TIMEOUT") else 60.0,
             project=self.cfg.log.project,
             group=self.cfg.log.group or None,
             tags=list(self.cfg.log.tags),

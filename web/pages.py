@@ -63,6 +63,7 @@ def runs_page(assets: dict[str, str]) -> str:
 def run_page(assets: dict[str, str], run_id: int) -> str:
     body = """<h1 id="run-title">Run</h1>
 <div id="run-meta" class="meta"></div>
+<details id="unavailable" class="notice" hidden><summary></summary><ul></ul></details>
 <div class="controls">
 <label>x-axis <select id="x-axis"><option value="step">step</option>
 <option value="tokens">tokens</option></select></label>

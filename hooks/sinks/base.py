@@ -35,6 +35,7 @@ RUN_FIELDS = frozenset(
         "lr",
         "optimizer",
         "parameterization",
+        "unavailable",
     }
 )
 """Run fields the service accepts beside ``name`` and ``config`` (POST /api/v1/runs)."""
@@ -44,6 +45,14 @@ RUN_STATUSES = frozenset({"running", "finished", "failed", "crashed", "killed"})
 
 class SinkError(ValueError):
     """A sink was configured wrongly; the message names the argument and the fix."""
+
+
+def check_unavailable(value: Any) -> None:
+    """``unavailable``: {indicator or "indicator@layer": reason}, stored with the run and shown on its page."""
+    if value is None:
+        return
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise SinkError(f"unavailable: must map indicator names to reasons (str -> str), got {value!r}")
 
 
 @dataclass
@@ -62,6 +71,7 @@ class RunInfo:
         status = self.fields.get("status")
         if status is not None and status not in RUN_STATUSES:
             raise SinkError(f"status: {status!r} is not one of {sorted(RUN_STATUSES)}")
+        check_unavailable(self.fields.get("unavailable"))
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "config": self.config, **self.fields}
@@ -86,6 +96,10 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def write(self, batch: Batch) -> None:
         """Deliver one batch (or queue it for delivery); never block training on the network."""
+
+    def update(self, fields: dict[str, Any]) -> None:
+        """Run fields learned after ``start`` (e.g. ``{"unavailable": {...}}``): store them with the run."""
+        return None
 
     def finish(self, status: str) -> None:
         return None
@@ -120,6 +134,9 @@ class FanOut(Sink):
     def write(self, batch: Batch) -> None:
         self._each("write", batch)
 
+    def update(self, fields: dict[str, Any]) -> None:
+        self._each("update", fields)
+
     def finish(self, status: str) -> None:
         self._each("finish", status)
 
@@ -137,6 +154,7 @@ class MemorySink(Sink):
         self.runs: list[RunInfo] = []
         self.batches: list[Batch] = []
         self.statuses: list[str] = []
+        self.updates: list[dict[str, Any]] = []
         self.closed = False
         self._lock = threading.Lock()
 
@@ -146,6 +164,9 @@ class MemorySink(Sink):
     def write(self, batch: Batch) -> None:
         with self._lock:
             self.batches.append(batch)
+
+    def update(self, fields: dict[str, Any]) -> None:
+        self.updates.append(dict(fields))
 
     def finish(self, status: str) -> None:
         self.statuses.append(status)

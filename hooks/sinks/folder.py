@@ -6,6 +6,7 @@ One folder per run, named after the run::
     <root>/<run>/batches.jsonl     JSONL sink: one wire-format batch per line, appended
     <root>/<run>/pending/*.json    HTTP spool: one batch per file, deleted once acknowledged
     <root>/<run>/status.json       HTTP spool: a final status not yet acknowledged
+    <root>/<run>/update.json       HTTP spool: run fields learned later (unavailable) not yet acknowledged
     <root>/<run>/rejected/*.json   HTTP spool: batches the service refused as invalid (kept)
     <root>/<run>/inflight.json     HTTP spool: the pending files of the request being sent (see below)
     <root>/<run>/dropped.json      HTTP spool: points dropped while the spool was full (counts)
@@ -40,6 +41,7 @@ JSONL_FILE = "batches.jsonl"
 PENDING_DIR = "pending"
 REJECTED_DIR = "rejected"
 STATUS_FILE = "status.json"
+UPDATE_FILE = "update.json"
 INFLIGHT_FILE = "inflight.json"
 DROPPED_FILE = "dropped.json"
 

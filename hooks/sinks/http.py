@@ -36,9 +36,11 @@ import json
 import logging
 import os
 import random
+import shlex
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from hyperwatch.hooks.schema import Batch, SchemaError
 from hyperwatch.hooks.sinks import client
@@ -49,6 +51,7 @@ from hyperwatch.hooks.sinks.folder import (
     REJECTED_DIR,
     RUN_FILE,
     STATUS_FILE,
+    UPDATE_FILE,
     clear_inflight,
     merge,
     pending_files,
@@ -58,30 +61,19 @@ from hyperwatch.hooks.sinks.folder import (
     write_inflight,
     write_json_atomic,
 )
+from hyperwatch.hooks.sinks.settings import (
+    DEFAULT_SPOOL_MAX_BYTES as DEFAULT_SPOOL_MAX_BYTES,  # re-exported: the bound's documented default
+)
+from hyperwatch.hooks.sinks.settings import (
+    base_url_hint,
+    check_close_timeout,
+    default_close_timeout,
+    default_spool,
+    default_spool_max_bytes,
+)
 
 log = logging.getLogger(__name__)
-DEFAULT_SPOOL_MAX_BYTES = 1 << 30
 DROP_LOG_INTERVAL_S = 60.0
-
-
-def default_spool_max_bytes() -> int:
-    """``$HYPERWATCH_SPOOL_MAX_BYTES`` (an integer number of bytes), else 1 GiB."""
-    raw = os.environ.get("HYPERWATCH_SPOOL_MAX_BYTES", "").strip()
-    if not raw:
-        return DEFAULT_SPOOL_MAX_BYTES
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 1:
-        raise SinkError(
-            f"HYPERWATCH_SPOOL_MAX_BYTES={raw!r}: must be a positive integer number of bytes, e.g. 1073741824"
-        )
-    return value
-
-
-def default_spool() -> Path:
-    return Path(os.environ.get("HYPERWATCH_SPOOL") or Path.home() / ".cache" / "hyperwatch" / "spool")
 
 
 class HttpSink(Sink):
@@ -95,7 +87,7 @@ class HttpSink(Sink):
         timeout: float = 10.0,
         max_points: int = 20_000,
         backoff: tuple[float, float] = (0.2, 30.0),
-        close_timeout: float = 30.0,
+        close_timeout: float | None = None,
         max_spool_bytes: int | None = None,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
@@ -122,7 +114,8 @@ class HttpSink(Sink):
         self.timeout = timeout
         self.max_points = max_points
         self.backoff = backoff
-        self.close_timeout = close_timeout
+        self.close_timeout = default_close_timeout() if close_timeout is None else check_close_timeout(close_timeout)
+        self._not_found_logged = False
         self.folder: Path | None = None
         self.run: RunInfo | None = None
         self.run_id: str | None = None
@@ -236,6 +229,17 @@ class HttpSink(Sink):
         """A pending file left the spool (delivered, rejected or never written): free its bytes."""
         self.spool_bytes -= self._sizes.pop(name, 0)
 
+    def update(self, fields: dict[str, Any]) -> None:
+        """Merge run fields into the spooled ``run.json`` and PATCH them to the run (after it exists)."""
+        folder = self._require_started()
+        with self._write_lock:
+            pending = read_json(folder / UPDATE_FILE) if (folder / UPDATE_FILE).is_file() else {}
+            write_json_atomic(folder / UPDATE_FILE, {**pending, **fields})
+            meta = read_json(folder / RUN_FILE)
+            meta.update(fields)
+            write_json_atomic(folder / RUN_FILE, meta)
+        self._touch()
+
     def finish(self, status: str) -> None:
         folder = self._require_started()
         write_json_atomic(folder / STATUS_FILE, {"status": status})
@@ -257,24 +261,41 @@ class HttpSink(Sink):
         return self._idle.wait(timeout)
 
     def close(self) -> None:
+        """Deliver for at most ``close_timeout`` seconds, then stop; the spool keeps the rest.
+
+        Bounded: a request still in flight at the deadline is abandoned to its (daemon) thread;
+        its files stay in the spool until acknowledged, and a replay resends them under the same
+        key, so nothing is lost or stored twice.
+        """
         if self._thread is None:
             return
+        deadline = time.monotonic() + self.close_timeout
         done = self.flush(self.close_timeout)
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout=self.timeout + 1.0)
+        self._thread.join(timeout=max(0.05, deadline - time.monotonic()))
         self._thread = None
         if not done and self.folder is not None:
-            left = len(pending_files(self.folder))
+            left = len(pending_files(self.folder)) + int((self.folder / STATUS_FILE).is_file())
             log.warning(
-                "hooks: %d batches not yet delivered stay in %s (last error: %s); replay them with "
-                "'hyperwatch upload %s --server %s'",
+                "hooks: close() gave up after %.1f s (close_timeout / HYPERWATCH_CLOSE_TIMEOUT): %d spooled "
+                "items of run %r are not delivered (last error: %s); they stay in %s. Replay them with:\n"
+                "    %s",
+                self.close_timeout,
                 left,
-                self.folder,
+                self.run.name if self.run else "?",
                 self.last_error or "none",
-                self.spool,
-                self.url,
+                self.folder,
+                self.replay_command(),
             )
+
+    def replay_command(self) -> str:
+        """The exact command that delivers what this sink's spool holds for its run."""
+        folder = self.folder if self.folder is not None else self.spool
+        command = f"hyperwatch upload {shlex.quote(str(folder))} --server {shlex.quote(base_url_hint(self.url))}"
+        if self.token:
+            command += "  # with HYPERWATCH_TOKEN set (or --token)"
+        return command
 
     # -- the sender thread --
     def _require_started(self) -> Path:
@@ -337,10 +358,31 @@ class HttpSink(Sink):
             if kind != client.DELIVERED:
                 if kind == client.REFUSED:
                     log.error("hooks: the service refused run %r: %s", self.run.name, resp.body)
+                if kind == client.UNKNOWN_RUN and not self._not_found_logged:
+                    self._not_found_logged = True
+                    log.error("hooks: %s", self.not_found_message())
                 return self._fail("creating the run", resp)
             body = resp.body if isinstance(resp.body, dict) else {}
             self.run_id = str(body.get("id", self.run.name))
             return self._ok()
+        update_file = self.folder / UPDATE_FILE
+        if update_file.is_file():
+            with self._write_lock:
+                fields = read_json(update_file)
+            resp = client.request(
+                "PATCH", client.api(self.url, f"/api/v1/runs/{self.run_id}"), fields, self.token, self.timeout
+            )
+            kind = client.classify(resp)
+            if kind == client.DELIVERED or kind == client.REFUSED:
+                if kind == client.REFUSED:  # an older service without the field: the data matter more
+                    log.warning("hooks: the service refused the run fields %s: %s", sorted(fields), resp.body)
+                with self._write_lock:
+                    if read_json(update_file) == fields:  # not extended meanwhile
+                        update_file.unlink(missing_ok=True)
+                return self._ok()
+            if kind == client.UNKNOWN_RUN:
+                self.run_id = None
+            return self._fail("updating the run", resp)
         files = pending_files(self.folder)
         if files:
             return self._send(files)
@@ -360,6 +402,16 @@ class HttpSink(Sink):
                 self.run_id = None
             return self._fail("setting the run status", resp)
         return "idle"
+
+    def not_found_message(self) -> str:
+        """Why creating the run got a 404: the URL is not the service's base URL."""
+        hint = base_url_hint(self.url)
+        better = hint if hint != self.url else "http://HOST:8000"
+        return (
+            f"POST {client.api(self.url, '/api/v1/runs')} answered 404 Not Found: {self.url} is not the "
+            f"HyperWatch service's base URL. Give the service's base URL (the sink adds /api/v1 itself), "
+            f"e.g. sink={better!r}; the spool keeps every batch meanwhile"
+        )
 
     def _load(self, files: list[Path]) -> tuple[list[Path], list[Batch]]:
         chosen: list[Path] = []

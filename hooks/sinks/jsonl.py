@@ -9,7 +9,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from hyperwatch.hooks.schema import Batch
 from hyperwatch.hooks.sinks.base import RunInfo, Sink, SinkError
@@ -48,12 +48,17 @@ class JsonlSink(Sink):
             if self.fsync:
                 os.fsync(self._file.fileno())
 
-    def finish(self, status: str) -> None:
+    def update(self, fields: dict[str, Any]) -> None:
+        """Merge run fields into ``run.json`` (``hyperwatch upload`` sends them with the run)."""
         if self.folder is None:
             return
-        meta = read_json(self.folder / RUN_FILE)
-        meta["status"] = status
-        write_json_atomic(self.folder / RUN_FILE, meta)
+        with self._lock:
+            meta = read_json(self.folder / RUN_FILE)
+            meta.update(fields)
+            write_json_atomic(self.folder / RUN_FILE, meta)
+
+    def finish(self, status: str) -> None:
+        self.update({"status": status})
 
     def close(self) -> None:
         with self._lock:

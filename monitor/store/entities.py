@@ -24,7 +24,7 @@ SCALE_FIELDS = (
     "optimizer",
     "parameterization",
 )
-RUN_FIELDS = (*SCALE_FIELDS, "status", "config", "summary", "tags", "group", "export_layers")
+RUN_FIELDS = (*SCALE_FIELDS, "status", "config", "summary", "tags", "group", "export_layers", "unavailable")
 """The fields a run create/update may set (besides project and name)."""
 
 
@@ -66,6 +66,7 @@ class Run:
     last_point_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    unavailable: dict[str, str] = field(default_factory=dict)  # indicator[@layer] -> why the hooks lack it
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,7 @@ class RunRow(Base):
     optimizer: Mapped[str | None] = mapped_column(String(64), nullable=True)
     parameterization: Mapped[str | None] = mapped_column(String(64), nullable=True)
     export_layers: Mapped[bool] = mapped_column(Boolean, default=False)
+    unavailable: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # migration 0002; None = {}
     last_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     last_point_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

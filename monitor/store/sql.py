@@ -117,6 +117,7 @@ class SqlStore(SeriesMixin, Store):
                     summary=_decode_json_floats(row.summary),
                     tags=tags[row.id],
                     export_layers=row.export_layers,
+                    unavailable=row.unavailable or {},
                     last_step=row.last_step,
                     last_point_at=as_utc(row.last_point_at),
                     created_at=as_utc(row.created_at) or now_utc(),
@@ -141,6 +142,9 @@ class SqlStore(SeriesMixin, Store):
         if "summary" in fields:
             old = conn.execute(select(RunRow.summary).where(RunRow.id == run_id)).scalar() or {}
             values["summary"] = {**old, **_encode_json_floats(fields["summary"])}
+        if fields.get("unavailable") is not None:  # merged: the hooks report what they learn as they go
+            old = conn.execute(select(RunRow.unavailable).where(RunRow.id == run_id)).scalar() or {}
+            values["unavailable"] = {**old, **fields["unavailable"]}
         if "group" in fields:
             values["group_id"] = None
             if fields["group"] is not None:

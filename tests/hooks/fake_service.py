@@ -113,9 +113,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         body = self._body()
         run_id = self.path.rsplit("/", 1)[-1]
-        cur = self.db.execute("UPDATE runs SET status = ? WHERE id = ?", (body["status"], run_id))
+        cur = self.db.execute("UPDATE runs SET status = COALESCE(?, status) WHERE id = ?", (body.get("status"), run_id))
         self.db.commit()
-        self._reply(200 if cur.rowcount else 404, {"id": run_id, "status": body["status"]})
+        self._reply(200 if cur.rowcount else 404, {"id": run_id, **body})
 
 
 def main() -> None:

@@ -42,6 +42,20 @@
       }
     })("", run.config);
     table.replaceChildren(...rows);
+    unavailable(run.unavailable || {});
+  }
+
+  /* What the hooks could not measure, with their reason and fix: a missing panel is explained. */
+  function unavailable(items) {
+    const box = document.getElementById("unavailable");
+    const keys = Object.keys(items).sort();
+    box.hidden = keys.length === 0;
+    if (!keys.length) return;
+    box.querySelector("summary").textContent =
+      `${keys.length} indicator${keys.length > 1 ? "s" : ""} not measured by the hooks: ${keys.slice(0, 6).join(", ")}` +
+      (keys.length > 6 ? ", …" : "");
+    box.querySelector("ul").replaceChildren(...keys.map((k) =>
+      HW.el("li", {}, HW.el("b", { text: k }), " ", items[k])));
   }
 
   function section(name) {
