@@ -28,6 +28,9 @@ from hyperwatch.hooks.intercept import AttentionZMode
 
 log = logging.getLogger(__name__)
 
+RECOMPUTED_KEY = "attention_z:recomputed"
+"""The report key of intercepted SDPA calls that take the costly recompute path."""
+
 Report = Callable[[str, str], None]
 """report(key, reason): a metric could not be measured; the monitor logs it once."""
 
@@ -144,7 +147,7 @@ class InterceptProbe(Probe):
         super().__init__(acc, gate, layer)
         self.module = module
         self.report = report
-        self.mode = AttentionZMode(self._sink, chunk_elements)
+        self.mode = AttentionZMode(self._sink, chunk_elements, self._on_recompute)
         self._entered: list[bool] = []
 
     def register(self) -> list[RemovableHandle]:
@@ -156,6 +159,16 @@ class InterceptProbe(Probe):
 
     def _sink(self, lse: torch.Tensor, every_row_attends: bool) -> None:
         self.acc.add_attention_lse(self.layer, lse, every_row_attends)
+
+    def _on_recompute(self, why: str) -> None:
+        """Reported once per model (one key): attention Z is measured, but at the costly path."""
+        self.report(
+            RECOMPUTED_KEY,
+            f"costly path: the SDPA call of {type(self.module).__name__} (layer {self.layer}) cannot run on an "
+            f"attention kernel that returns the log-sum-exp ({why}); attention Z is recomputed from q and k in "
+            "chunks on logged steps, which can cost as much as the attention itself. Use bf16/fp16 on CUDA, "
+            "no attention mask (is_causal=True) and no dropout on CPU to get it from the kernel",
+        )
 
     def _pre(self, module: nn.Module, args: Any) -> None:
         enter = self.gate.active() and not any(self._entered)
