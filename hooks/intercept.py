@@ -66,6 +66,51 @@ def _sdpa_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, 
     return bound
 
 
+@torch.compiler.assume_constant_result
+def _static_choice(
+    device: str,
+    specs: tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype, bool], ...],
+    mask_spec: tuple[tuple[int, ...], tuple[int, ...], torch.dtype] | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> int:
+    """``torch._fused_sdp_choice`` inside a ``torch.compile`` trace, where it cannot be called on
+    the traced tensors (it returns an int: a graph break). The choice depends only on metadata
+    (device, dtypes, sizes, strides, requires_grad, flags), so it is evaluated once at trace time
+    on stand-in tensors of the same layout and baked into the graph, as inductor itself decides
+    SDPA's backend at compile time."""
+
+    def stand_in(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        extent = 1 + sum((n - 1) * st for n, st in zip(size, stride) if n > 0)
+        return torch.empty(extent, dtype=dtype, device=device).as_strided(size, stride)
+
+    q, k, v = (stand_in(size, stride, dt).requires_grad_(grad) for size, stride, dt, grad in specs)
+    mask = stand_in(*mask_spec) if mask_spec is not None else None
+    return int(_sdp_choice(q, k, v, mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa))
+
+
+def _choice(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> int:
+    """The backend SDPA would dispatch these arguments to (an ``SDPBackend`` value)."""
+    if not torch.compiler.is_compiling():
+        return int(_sdp_choice(q, k, v, mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa))
+    specs = tuple(
+        (tuple(t.shape), tuple(t.stride()), t.dtype, t.requires_grad and torch.is_grad_enabled()) for t in (q, k, v)
+    )
+    mask_spec = (tuple(mask.shape), tuple(mask.stride()), mask.dtype) if mask is not None else None
+    return _static_choice(q.device.type, specs, mask_spec, dropout_p, is_causal, scale, enable_gqa)
+
+
 def _autocast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> tuple[Any, ...]:
     """What autocast does to SDPA's arguments before SDPA sees them: SDPA is a lower-precision op
     on CPU and CUDA, so every floating-point argument (the mask included) goes to the autocast
@@ -159,8 +204,7 @@ def sdpa_with_lse(a: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     scale = a.get("scale")
     q, k, v, mask = _autocast(q, k, v, mask)
     try:
-        gqa = bool(a.get("enable_gqa"))
-        choice = int(_sdp_choice(q, k, v, mask, dropout_p, is_causal, scale=scale, enable_gqa=gqa))
+        choice = _choice(q, k, v, mask, dropout_p, is_causal, scale, bool(a.get("enable_gqa")))
         if mask is not None and mask.dtype == torch.bool:
             mask = _bool_to_additive(mask, q.dtype)
         with torch.autocast(q.device.type, enabled=False):
