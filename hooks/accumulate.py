@@ -3,7 +3,8 @@
 Probes add 0-d device tensors into ``sums`` (L, N_SLOTS) and expert counts into ``experts``
 (L, E_max), each through a view made once at construction (an ``add_`` per value, no indexing
 ops on the hot path); element counts that follow from tensor shapes alone are kept on the host
-in ``host_counts`` (no device work, no synchronization).
+in ``host_counts`` (no device work, no synchronization), or, inside a ``torch.compile`` graph,
+added in-graph into their device slots.
 
 Every device value lives in one flat float64 buffer, ``flat``: the per-layer sums, the expert
 counts, a region for the host counts, then the run-level slots (loss sum and count, which are
@@ -33,6 +34,11 @@ N_HOST = 5
 # Run-level slots after the packed region: LOSS and LOSS_N are all-reduced, GRAD_NORM is not.
 LOSS, LOSS_N, GRAD_NORM = range(3)
 N_RUN = 3
+
+
+def _slices(row: torch.Tensor) -> list[torch.Tensor]:
+    """One-element slice views of a 1-D tensor, one per element."""
+    return [row[i : i + 1] for i in range(row.shape[0])]
 
 
 @dataclass
@@ -84,12 +90,24 @@ class Accumulator:
         self.sums = self.flat[:n_sums].view(n_layers, N_SLOTS)
         self.experts = self.flat[n_sums : n_sums + n_exp].view(n_layers, -1)
         self._host = self.flat[n_sums + n_exp : self.packed_size]
-        self.run = list(self.flat[self.packed_size :].unbind())  # run[LOSS], run[LOSS_N], run[GRAD_NORM]
+        # Views are one-element slices, never 0-d views (unbind/select): under torch.compile, AOT
+        # autograd drops in-place adds into 0-d views of a lifted tensor (torch 2.13), slices keep them.
+        self.run = _slices(self.flat[self.packed_size :])  # run[LOSS], run[LOSS_N], run[GRAD_NORM]
         self.host_counts = np.zeros((n_layers, N_HOST), dtype=np.int64)
-        self._slot = [list(row.unbind()) for row in self.sums]  # _slot[layer][SLOT]: 0-d views
+        self._slot = [_slices(row) for row in self.sums]  # _slot[layer][SLOT]: (1,) views
         # (attention, mlp) views of the adjacent (sum of squares, outliers) slots of each layer
         self._pair = [(row[ATTN_SQ : ATTN_OUT + 1], row[MLP_SQ : MLP_OUT + 1]) for row in self.sums]
         self._experts = [self.experts[i, :n] for i, n in enumerate(self.n_experts)]
+        self._device_counts = [_slices(row) for row in self._host.view(n_layers, N_HOST)]
+
+    def _count(self, layer: int, slot: int, n: int) -> None:
+        """Add a shape-derived count: on the host in eager mode (no device op at all); inside a
+        ``torch.compile`` graph into the device copy of the same slot (a constant add fused into
+        the graph: host state cannot be mutated from compiled code). :meth:`pack` sums the two."""
+        if torch.compiler.is_compiling():
+            self._device_counts[layer][slot].add_(n)
+        else:
+            self.host_counts[layer, slot] += n
 
     # -- what probes call (on the training thread, inside forward, armed steps only) --
     def add_attention_lse(self, layer: int, lse: torch.Tensor, every_row_attends: bool = False) -> None:
@@ -97,7 +115,7 @@ class Accumulator:
         be fully masked; its row count then follows from the shape (one reduction, no validity pass)."""
         if every_row_attends:
             self._slot[layer][ATTN_Z].add_(indicators.lse_square_sum(lse))
-            self.host_counts[layer, ATTN_Z_ROWS] += lse.numel()
+            self._count(layer, ATTN_Z_ROWS, lse.numel())
             return
         total, n = indicators.z_sums(lse)
         self._slot[layer][ATTN_Z].add_(total)
@@ -108,45 +126,45 @@ class Accumulator:
         (a token whose logits are all -inf has LSE^2 = +inf: a diverged router, reported as such)."""
         lse = indicators.router_lse(logits)
         self._slot[layer][ROUTER_Z].add_(lse.square().sum())
-        self.host_counts[layer, ROUTER_Z_ROWS] += lse.numel()
+        self._count(layer, ROUTER_Z_ROWS, lse.numel())
 
     def add_branch(self, layer: int, branch: str, output: torch.Tensor) -> None:
         """Sum of squares and outlier count of a branch output: one add into two adjacent slots."""
         per_token = indicators.branch_token_sums(output)
         if branch == "attention":
             self._pair[layer][0].add_(per_token.sum(dim=0, dtype=torch.float64))
-            self.host_counts[layer, ATTN_ELEMS] += output.numel()
+            self._count(layer, ATTN_ELEMS, output.numel())
         else:
             self._pair[layer][1].add_(per_token.sum(dim=0, dtype=torch.float64))
-            self.host_counts[layer, MLP_ELEMS] += output.numel()
+            self._count(layer, MLP_ELEMS, output.numel())
 
     def add_expert_counts(self, layer: int, counts: torch.Tensor) -> None:
         n = self.n_experts[layer]
         self._experts[layer].add_(counts if counts.numel() == n else counts[:n])
 
     def add_aux_loss(self, layer: int, aux: torch.Tensor) -> None:
-        self._slot[layer][AUX].add_(aux.detach() if aux.dim() == 0 else aux.detach().reshape(()))
-        self.host_counts[layer, AUX_N] += 1
+        self._slot[layer][AUX].add_(aux.detach().reshape(1))
+        self._count(layer, AUX_N, 1)
 
     # -- once per logged step --
     def record_loss(self, loss: float | torch.Tensor) -> None:
         """This rank's loss of the step (averaged over ranks through the reduced count)."""
         if isinstance(loss, torch.Tensor):
-            self.run[LOSS].copy_(loss.detach().reshape(()))
+            self.run[LOSS].copy_(loss.detach().reshape(1))
         else:
             self.run[LOSS].fill_(float(loss))
         self.run[LOSS_N].fill_(1.0)
 
     def record_grad_norm(self, grad_norm: float | torch.Tensor) -> None:
         if isinstance(grad_norm, torch.Tensor):
-            self.run[GRAD_NORM].copy_(grad_norm.detach().reshape(()))
+            self.run[GRAD_NORM].copy_(grad_norm.detach().reshape(1))
         else:
             self.run[GRAD_NORM].fill_(float(grad_norm))
 
     def pack(self) -> torch.Tensor:
         """The per-layer values and the loss, in one flat float64 device tensor (a view of ``flat``):
         the all-reduce unit. :meth:`unpack` reads its first :attr:`packed_size` values."""
-        self._host.copy_(torch.from_numpy(self.host_counts.reshape(-1)))
+        self._host.add_(torch.from_numpy(self.host_counts.reshape(-1)))
         return self.flat[: self.packed_size + GRAD_NORM]
 
     def take(self, extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.cuda.Event | None]:

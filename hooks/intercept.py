@@ -4,14 +4,16 @@
 only on logged steps. It watches two calls:
 
 - ``scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)``:
-  where PyTorch's own dispatcher (``torch._fused_sdp_choice``) picks the CPU flash kernel, the
-  call is answered by that very kernel, ``aten._scaled_dot_product_flash_attention_for_cpu``,
-  which SDPA would have called with the same arguments (a boolean mask converted to 0/-inf the
-  way SDPA converts it) and which returns the log-sum-exp beside the output: the same output
-  and autograd graph, bit for bit, and attention Z costs one reduction over the LSE. Elsewhere
-  (CUDA, dropout, the math backend, autocast, tensor subclasses) the call runs unchanged and
-  the LSE is computed beside it from q and k in query chunks
-  (:func:`hooks.indicators.attention_lse`), never holding the full score matrix.
+  the call is answered by the very attention kernel SDPA would dispatch to, chosen by PyTorch's
+  own dispatcher (``torch._fused_sdp_choice``) after autocast's casts, called with SDPA's own
+  preprocessing, and asked for the log-sum-exp it computes anyway (:func:`sdpa_with_lse`): CPU
+  flash, or CUDA flash / memory-efficient / cuDNN. Those ops are differentiable (their backward
+  ops reuse the saved LSE and RNG state), so output and gradients are SDPA's, bit for bit where
+  the same kernel runs, and attention Z costs one reduction over the LSE. Where no LSE kernel
+  applies (the math backend would run: e.g. dropout on CPU, fp32 on CUDA, a mask the fused
+  kernels refuse; tensor subclasses) the call runs unchanged and the LSE is recomputed beside it
+  from q and k in query chunks (:func:`hooks.indicators.attention_lse`): the costly path, which
+  the probe reports once (a warning and the monitor's ``unavailable`` notes).
 - ``softmax(scores, dim=-1)`` on a 4-D tensor (the "eager" attention of Hugging Face models and
   most hand-written attention): the scores are materialized already, so their LSE is one more
   reduction over them.
@@ -41,13 +43,21 @@ _SOFTMAX: set[Any] = {F.softmax, torch.softmax, torch.Tensor.softmax, torch.spec
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
 
-_FLASH_BACKEND = 1  # torch.nn.attention.SDPBackend.FLASH_ATTENTION
+# torch.nn.attention.SDPBackend values, as torch._fused_sdp_choice returns them
+_MATH, _FLASH, _EFFICIENT, _CUDNN = 0, 1, 2, 3
+_BACKEND_NAMES = {-1: "none (SDPA would raise)", 0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
 _sdp_choice: Any = getattr(torch, "_fused_sdp_choice", None)
-_cpu_flash: Any = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_aten: Any = torch.ops.aten
+_MEM_EFF_ALIGN = 16  # elements: the memory-efficient kernel wants its bias rows aligned like this
 
 LseSink = Callable[[torch.Tensor, bool], None]
 """sink(lse, every_row_attends): the (..., heads, queries) LSE of one attention call, and whether
 no row can be fully masked (no mask given), so that its row count follows from the shape."""
+
+
+class KernelUnavailable(Exception):
+    """No attention kernel that returns the LSE can answer this SDPA call the way SDPA would;
+    the message says why (the caller then recomputes the LSE beside the original call)."""
 
 
 def _sdpa_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -56,38 +66,171 @@ def _sdpa_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, 
     return bound
 
 
-def cpu_flash_with_lse(a: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(output, LSE) of an SDPA call from the CPU flash kernel, when SDPA itself would run it.
+@torch.compiler.assume_constant_result
+def _static_choice(
+    device: str,
+    specs: tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype, bool], ...],
+    mask_spec: tuple[tuple[int, ...], tuple[int, ...], torch.dtype] | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> int:
+    """``torch._fused_sdp_choice`` inside a ``torch.compile`` trace, where it cannot be called on
+    the traced tensors (it returns an int: a graph break). The choice depends only on metadata
+    (device, dtypes, sizes, strides, requires_grad, flags), so it is evaluated once at trace time
+    on stand-in tensors of the same layout and baked into the graph, as inductor itself decides
+    SDPA's backend at compile time."""
 
-    ``a``: the call's arguments by name. None when another backend would run (then the caller
-    runs the original call). Rows whose every key is masked get LSE -inf (the kernel gives 0).
+    def stand_in(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        extent = 1 + sum((n - 1) * st for n, st in zip(size, stride) if n > 0)
+        return torch.empty(extent, dtype=dtype, device=device).as_strided(size, stride)
+
+    q, k, v = (stand_in(size, stride, dt).requires_grad_(grad) for size, stride, dt, grad in specs)
+    mask = stand_in(*mask_spec) if mask_spec is not None else None
+    return int(_sdp_choice(q, k, v, mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa))
+
+
+def _choice(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> int:
+    """The backend SDPA would dispatch these arguments to (an ``SDPBackend`` value)."""
+    if not torch.compiler.is_compiling():
+        return int(_sdp_choice(q, k, v, mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa))
+    specs = tuple(
+        (tuple(t.shape), tuple(t.stride()), t.dtype, t.requires_grad and torch.is_grad_enabled()) for t in (q, k, v)
+    )
+    mask_spec = (tuple(mask.shape), tuple(mask.stride()), mask.dtype) if mask is not None else None
+    return _static_choice(q.device.type, specs, mask_spec, dropout_p, is_causal, scale, enable_gqa)
+
+
+def _autocast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> tuple[Any, ...]:
+    """What autocast does to SDPA's arguments before SDPA sees them: SDPA is a lower-precision op
+    on CPU and CUDA, so every floating-point argument (the mask included) goes to the autocast
+    dtype. The private kernels are not on autocast's lists, so the cast is ours to make."""
+    device = q.device.type
+    if not torch.is_autocast_enabled(device):
+        return q, k, v, mask
+    low = torch.get_autocast_dtype(device)
+
+    def cast(t: torch.Tensor | None) -> Any:
+        return t.to(low) if t is not None and t.is_floating_point() and t.dtype != torch.float64 else t
+
+    return cast(q), cast(k), cast(v), cast(mask)
+
+
+def _bool_to_additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """As SDPA converts a boolean mask: True (takes part) -> 0, False -> -inf, in the query dtype."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, -math.inf)
+
+
+def _aligned_bias(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The memory-efficient kernel's bias: (B, H, L, S), rows aligned (padded, then sliced back)."""
+    S = k.shape[-2]
+    if mask.stride(-1) != 1 or mask.stride(-2) % _MEM_EFF_ALIGN or mask.storage_offset() % _MEM_EFF_ALIGN:
+        pad = (-S) % _MEM_EFF_ALIGN
+        mask = F.pad(mask, (0, pad))[..., :S] if pad else mask.contiguous()
+    return mask.expand(q.shape[0], q.shape[1], q.shape[2], S)
+
+
+def _cuda_kernel(
+    choice: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CUDA op SDPA dispatches to for ``choice``, called as SDPA calls it, keeping the LSE.
+
+    The ops are differentiable (autograd calls their matching backward ops with the saved LSE
+    and RNG state), so output and gradients are SDPA's own.
+    """
+    if choice == _FLASH:  # SDPA pads the head dim to a multiple of 8 and keeps the original scale
+        D = q.shape[-1]
+        pad = (-D) % 8
+        if scale is None:
+            scale = 1.0 / math.sqrt(D)
+        if pad:
+            q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
+        res = _aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)
+        out = res[0][..., :D] if pad else res[0]
+        return out, res[1]
+    if choice == _EFFICIENT:
+        bias = _aligned_bias(mask, q, k) if mask is not None else None
+        res = _aten._scaled_dot_product_efficient_attention(q, k, v, bias, True, dropout_p, is_causal, scale=scale)
+        return res[0], res[1]
+    if choice == _CUDNN:
+        res = _aten._scaled_dot_product_cudnn_attention(q, k, v, mask, True, dropout_p, is_causal, False, scale=scale)
+        return res[0], res[1]
+    raise KernelUnavailable(f"SDPA would run the {_BACKEND_NAMES.get(choice, str(choice))} backend")
+
+
+def sdpa_with_lse(a: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(output, LSE) of an SDPA call from the attention kernel SDPA itself would run.
+
+    ``a``: the call's arguments by name. The backend is the one PyTorch's own dispatcher picks
+    (``torch._fused_sdp_choice``, which honours dtype, mask, dropout, GQA, scale, is_causal and
+    the ``sdpa_kernel`` context) after the casts autocast would make, and the op is called with
+    SDPA's own argument preprocessing: on CPU ``_scaled_dot_product_flash_attention_for_cpu``; on
+    CUDA ``_scaled_dot_product_flash_attention`` (head dim padded to a multiple of 8),
+    ``_scaled_dot_product_efficient_attention`` (with ``compute_log_sumexp``; its LSE is padded
+    along queries and sliced back) or ``_scaled_dot_product_cudnn_attention``. The LSE is
+    (..., heads, queries) fp32, detached; rows whose every key is masked get -inf (no softmax).
+    Raises :class:`KernelUnavailable` (with the reason) where no such kernel applies: the math
+    backend would run (e.g. a float mask on a CUDA flash-only shape, fp32 on CUDA, dropout on
+    CPU), tensor subclasses, or a kernel that refused the call.
     """
     q, k, v = a.get("query"), a.get("key"), a.get("value")
     mask = a.get("attn_mask")
-    if _sdp_choice is None or _cpu_flash is None:
-        return None
+    if _sdp_choice is None:
+        raise KernelUnavailable(f"torch {torch.__version__} has no torch._fused_sdp_choice")
     if not all(type(t) is torch.Tensor for t in (q, k, v)) or not (mask is None or type(mask) is torch.Tensor):
-        return None
+        raise KernelUnavailable("q, k, v or the mask is not a plain torch.Tensor (a subclass or nested tensor)")
     assert isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
-    if q.device.type != "cpu" or q.dim() != 4 or torch.is_autocast_enabled("cpu"):
-        return None
+    if q.dim() != 4 or q.device.type not in ("cpu", "cuda"):
+        raise KernelUnavailable(f"a {q.dim()}-D query on {q.device.type} (the LSE kernels take 4-D CPU/CUDA tensors)")
     dropout_p = float(a.get("dropout_p", 0.0))
     is_causal = bool(a.get("is_causal", False))
     scale = a.get("scale")
+    q, k, v, mask = _autocast(q, k, v, mask)
     try:
-        choice = _sdp_choice(q, k, v, mask, dropout_p, is_causal, scale=scale, enable_gqa=bool(a.get("enable_gqa")))
-        if int(choice) != _FLASH_BACKEND:
-            return None
-        if mask is not None and mask.dtype == torch.bool:  # as SDPA converts it: True -> 0, False -> -inf
-            mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, -math.inf)
-        out, lse = _cpu_flash(q, k, v, dropout_p, is_causal, attn_mask=mask, scale=scale)
-    except (RuntimeError, TypeError, ValueError) as exc:  # an API drift: keep the original call
-        log.debug("hooks: the CPU flash kernel could not answer an SDPA call (%s); computing the LSE beside it", exc)
-        return None
-    lse = lse.detach()
+        choice = _choice(q, k, v, mask, dropout_p, is_causal, scale, bool(a.get("enable_gqa")))
+        if mask is not None and mask.dtype == torch.bool:
+            mask = _bool_to_additive(mask, q.dtype)
+        with torch.autocast(q.device.type, enabled=False):
+            if q.device.type == "cpu":
+                if choice != _FLASH:
+                    raise KernelUnavailable(f"SDPA would run the {_BACKEND_NAMES.get(choice, str(choice))} backend")
+                out, lse = _aten._scaled_dot_product_flash_attention_for_cpu(
+                    q, k, v, dropout_p, is_causal, attn_mask=mask, scale=scale
+                )
+            else:
+                out, lse = _cuda_kernel(choice, q, k, v, mask, dropout_p, is_causal, scale)
+    except (RuntimeError, TypeError, ValueError) as exc:  # a kernel refused or an API drift
+        raise KernelUnavailable(f"the LSE kernel refused the call ({exc})") from exc
+    L = q.shape[-2]
+    lse = lse.detach().reshape(*q.shape[:-2], -1)[..., :L]  # efficient pads queries; cuDNN may add a dim
     if mask is not None:
         lse = lse.masked_fill(~(mask > -math.inf).any(dim=-1), -math.inf)
     return out, lse
+
+
+def cpu_flash_with_lse(a: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """:func:`sdpa_with_lse`, or None where no LSE kernel applies (kept for callers of 0.x)."""
+    try:
+        return sdpa_with_lse(a)
+    except KernelUnavailable:
+        return None
 
 
 class AttentionZMode(TorchFunctionMode):
@@ -95,12 +238,15 @@ class AttentionZMode(TorchFunctionMode):
 
     ``sink(lse, every_row_attends)`` receives the (..., heads, queries) fp32 LSE of each
     intercepted call. ``seen`` counts intercepted calls since the last :meth:`begin`.
+    ``on_recompute(reason)`` is told each time an SDPA call had to take the costly path (scores
+    recomputed beside the call because no LSE kernel applies); the probe reports it once.
     """
 
-    def __init__(self, sink: LseSink, chunk_elements: int) -> None:
+    def __init__(self, sink: LseSink, chunk_elements: int, on_recompute: Callable[[str], None] | None = None) -> None:
         super().__init__()
         self.sink = sink
         self.chunk_elements = chunk_elements
+        self.on_recompute = on_recompute
         self.seen = 0
         self._taken = False
 
@@ -124,13 +270,17 @@ class AttentionZMode(TorchFunctionMode):
 
     def _on_sdpa(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         a = _sdpa_arguments(args, kwargs)
-        fused = cpu_flash_with_lse(a)
         self._taken = True
         self.seen += 1
-        if fused is not None:
+        try:
+            out, lse = sdpa_with_lse(a)
+        except KernelUnavailable as why:
+            if self.on_recompute is not None:
+                self.on_recompute(str(why))
+        else:
             with torch.no_grad():
-                self.sink(fused[1], a.get("attn_mask") is None)
-            return fused[0]
+                self.sink(lse, a.get("attn_mask") is None)
+            return out
         with torch.no_grad():
             lse = indicators.attention_lse(
                 a["query"],

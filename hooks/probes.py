@@ -1,8 +1,10 @@
 """Probes: the module hooks that feed an :class:`~hooks.accumulate.Accumulator`.
 
-Hooks exist only while a probe is armed (the forwards of a logged step): :meth:`Probe.arm`
-registers them and disarming removes them, so on the other steps the modules run PyTorch's
-hook-free call path and the capture flags of the bundled model are off: the hooks cost nothing.
+In eager mode hooks exist only while a probe is armed (the forwards of a logged step):
+:meth:`Probe.arm` registers them and disarming removes them, so on the other steps the modules
+run PyTorch's hook-free call path and the capture flags of the bundled model are off: the hooks
+cost nothing. Under ``torch.compile`` they stay registered and the :class:`Gate` alone tells the
+steps apart (see there): two cached graphs, no recompilation after warm-up.
 Every hook first asks the shared :class:`Gate` whether this forward counts: autograd must be
 recording (validation passes under ``no_grad`` are not training), and we must not be inside a
 backward pass (activation checkpointing re-runs forwards there; counting them would count a
@@ -28,22 +30,39 @@ from hyperwatch.hooks.intercept import AttentionZMode
 
 log = logging.getLogger(__name__)
 
+RECOMPUTED_KEY = "attention_z:recomputed"
+"""The report key of intercepted SDPA calls that take the costly recompute path."""
+
 Report = Callable[[str, str], None]
 """report(key, reason): a metric could not be measured; the monitor logs it once."""
 
 
 def _in_backward() -> bool:
+    if torch.compiler.is_compiling():  # a compiled forward is never re-run by a backward pass
+        return False
     fn = getattr(torch._C, "_current_graph_task_id", None)
     return fn is not None and fn() != -1
 
 
 class Gate:
-    """Whether the current forward is measured."""
+    """Whether the current forward is measured.
+
+    ``compiled``: the hooks have been traced by ``torch.compile`` (or the model was compiled
+    before attach). Dynamo does not guard on module hooks, so a graph compiled while they were
+    removed would keep running without them: once compiled, the probes keep their hooks
+    registered and a disarmed step is told apart by this gate alone. Dynamo guards on
+    ``armed`` (a Python bool), so exactly two graphs exist, logged and unlogged; both are
+    cached after warm-up, and the unlogged one contains no hook work at all.
+    """
 
     def __init__(self) -> None:
         self.armed = False
+        self.compiled = False
 
     def active(self) -> bool:
+        if torch.compiler.is_compiling():
+            self.compiled = True  # a side effect dynamo replays after the graph runs
+            return self.armed and torch.is_grad_enabled()
         return self.armed and torch.is_grad_enabled() and not _in_backward()
 
 
@@ -68,16 +87,23 @@ class Probe:
         """Register this probe's hooks; called when it is armed."""
         return []
 
+    def set_capture(self, on: bool) -> None:
+        """Switch the module's own capture flags (bundled models); none by default."""
+
     def arm(self, on: bool) -> None:
         if on and not self.handles:
             self.handles = self.register()
-        elif not on:
+        elif not on and not self.gate.compiled:
+            self.remove()
+        self.set_capture(on)
+
+    def remove(self) -> None:
+        """Remove the hooks and capture flags whatever the state (detach)."""
+        self.set_capture(False)
+        if self.handles:
             for handle in self.handles:
                 handle.remove()
             self.handles = []
-
-    def remove(self) -> None:
-        self.arm(False)
 
 
 class BranchProbe(Probe):
@@ -114,8 +140,7 @@ class KernelLseProbe(Probe):
     def register(self) -> list[RemovableHandle]:
         return [self.module.register_forward_hook(self._hook)]
 
-    def arm(self, on: bool) -> None:
-        super().arm(on)
+    def set_capture(self, on: bool) -> None:
         setattr(self.module, "capture_lse", on)  # noqa: B010 (an attribute mypy cannot see)
 
     def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
@@ -144,7 +169,7 @@ class InterceptProbe(Probe):
         super().__init__(acc, gate, layer)
         self.module = module
         self.report = report
-        self.mode = AttentionZMode(self._sink, chunk_elements)
+        self.mode = AttentionZMode(self._sink, chunk_elements, self._on_recompute)
         self._entered: list[bool] = []
 
     def register(self) -> list[RemovableHandle]:
@@ -156,6 +181,16 @@ class InterceptProbe(Probe):
 
     def _sink(self, lse: torch.Tensor, every_row_attends: bool) -> None:
         self.acc.add_attention_lse(self.layer, lse, every_row_attends)
+
+    def _on_recompute(self, why: str) -> None:
+        """Reported once per model (one key): attention Z is measured, but at the costly path."""
+        self.report(
+            RECOMPUTED_KEY,
+            f"costly path: the SDPA call of {type(self.module).__name__} (layer {self.layer}) cannot run on an "
+            f"attention kernel that returns the log-sum-exp ({why}); attention Z is recomputed from q and k in "
+            "chunks on logged steps, which can cost as much as the attention itself. Use bf16/fp16 on CUDA, "
+            "no attention mask (is_causal=True) and no dropout on CPU to get it from the kernel",
+        )
 
     def _pre(self, module: nn.Module, args: Any) -> None:
         enter = self.gate.active() and not any(self._entered)
@@ -233,8 +268,7 @@ class BundledMoEProbe(Probe):
     def register(self) -> list[RemovableHandle]:
         return [self.module.register_forward_hook(self._hook)]
 
-    def arm(self, on: bool) -> None:
-        super().arm(on)
+    def set_capture(self, on: bool) -> None:
         setattr(self.module, "capture", on)  # noqa: B010 (an attribute mypy cannot see)
 
     def _hook(self, module: nn.Module, args: Any, output: Any) -> None:

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hyperwatch import hooks
+from hyperwatch.hooks.probes import RECOMPUTED_KEY
 from tests.hooks.support import HF_FAMILIES, MOE_FAMILIES, bundled_model, hf_model
 
 ATTN = {"attention_z", "attention_rms", "attention_outlier_ratio"}
@@ -60,7 +61,10 @@ def test_hf_models_report_every_indicator_for_every_layer(family: str) -> None:
             assert expected <= set(values), expected - set(values)
             assert all(math.isfinite(v) for v in values.values())
         assert sink.values("loss")[0] == pytest.approx(float(loss))
-        assert mon.unavailable == {}
+        # GPT-2 trains with attention dropout: on CPU SDPA itself runs the math backend, so the
+        # LSE is recomputed (the costly path), and that is reported.
+        costly = family == "gpt2" and attn == "sdpa"
+        assert set(mon.unavailable) == ({RECOMPUTED_KEY} if costly else set()), mon.unavailable
         assert sink.runs[0].name == f"{family}-{attn}" and sink.statuses == ["finished"]
         got[attn] = layers
     # Two independent paths to attention Z: LSE of the eager softmax input vs chunked SDPA scores.
