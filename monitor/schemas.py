@@ -73,8 +73,15 @@ WireFloat = Annotated[
     WithJsonSchema(_WIRE_SCHEMA),
 ]
 MetricName = Annotated[str, BeforeValidator(_checked(validate_name))]
-RunName = Annotated[str, BeforeValidator(_checked(validate_run_name))]
-ProjectName = Annotated[str, BeforeValidator(_checked(lambda v: validate_run_name(v, "project")))]
+_RUN_NAME_SCHEMA = {
+    "type": "string",
+    "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:+=@-]{0,199}$",
+    "description": "1-200 letters, digits and _.:+=@-, starting with a letter or digit (validate_run_name)",
+}
+RunName = Annotated[str, BeforeValidator(_checked(validate_run_name)), WithJsonSchema(_RUN_NAME_SCHEMA)]
+ProjectName = Annotated[
+    str, BeforeValidator(_checked(lambda v: validate_run_name(v, "project"))), WithJsonSchema(_RUN_NAME_SCHEMA)
+]
 Status = Literal["running", "finished", "failed", "crashed"]
 Tag = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:=+@/-]+$")]
 XAxis = Literal["step", "tokens", "flops", "fraction"]

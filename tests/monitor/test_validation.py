@@ -207,3 +207,20 @@ def test_points_still_flow_and_alert_after_a_group_row_goes_bad(client: TestClie
     r = client.post("/api/v1/points", json={"batch_id": "after-bad-1", "run": "r", "points": pts}, headers=AUTH)
     assert r.status_code == 201, r.text
     assert math.isfinite(1.0) and client.get("/api/v1/alerts").status_code == 200
+
+
+def test_with_a_read_token_the_api_description_stays_open_and_the_data_closed(store: SqlStore) -> None:
+    """Decision: /openapi.json and /docs describe the API (the same for every install, no data in
+    them) and stay open; every route that returns data needs the read token."""
+    from tests.monitor.conftest import READ_TOKEN, make_client
+
+    client = make_client(store, read_token=READ_TOKEN)
+    assert client.get("/openapi.json").status_code == 200
+    assert client.get("/docs").status_code == 200
+    assert client.get("/api/v1/runs").status_code == 401
+    assert client.get("/api/v1/runs", headers={"Authorization": f"Bearer {READ_TOKEN}"}).status_code == 200
+
+
+def test_the_openapi_schema_states_the_run_name_rule(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["RunCreate"]["properties"]["name"]
+    assert schema["pattern"].startswith("^[A-Za-z0-9]")
