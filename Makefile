@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit install sysdeps clean bench
+.PHONY: demo test lint unit install sysdeps clean bench fuzz
 
 # The package declares torch as a range; development and CI pin it through constraints.txt.
 $(STAMP): pyproject.toml constraints.txt
@@ -38,6 +38,12 @@ bench: $(STAMP)
 	$(BIN)/python bench/hooks_overhead.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/dashboard.py
+
+# schemathesis over the OpenAPI schema, all checks, write token, on SQLite and PostgreSQL: counts
+# responses >= 500 and 503s (fails on any). 5 examples ~ 1,500 cases; 70 ~ 20,000 per database.
+FUZZ_EXAMPLES ?= 70
+fuzz: $(STAMP)
+	$(BIN)/python scripts/fuzz.py --db both --max-examples $(FUZZ_EXAMPLES)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -61,14 +61,14 @@ METRICS: dict[str, MetricSpec] = {s.name: s for s in _SPECS}
 # A name is a registered base, optionally qualified (``weight_norm.attn.q_proj``), or a free
 # user metric under the ``user.`` prefix. Qualifiers are identifiers joined by dots.
 _QUALIFIER = r"(?:\.[A-Za-z0-9_]{1,64}){0,6}"
-_NAME_RE = re.compile(rf"^(?P<base>[a-z_]{{1,40}}){_QUALIFIER}$")
-_USER_RE = re.compile(rf"^user{_QUALIFIER}$")
+_NAME_RE = re.compile(rf"^(?P<base>[a-z_]{{1,40}}){_QUALIFIER}\Z")  # \Z: "$" would let "loss\n" through
+_USER_RE = re.compile(rf"^user{_QUALIFIER}\Z")
 MAX_NAME_LENGTH = 128
 MAX_LAYER = 4096
 MAX_STEP = 2**62
 MAX_POINTS_PER_BATCH = 50_000
 MAX_RUN_NAME_LENGTH = 200
-_RUN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+=@-]{0,199}$")
+_RUN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+=@-]{0,199}\Z")
 
 NONFINITE_TO_WIRE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 WIRE_TO_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}

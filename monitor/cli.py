@@ -7,6 +7,8 @@ import sys
 
 from pydantic import ValidationError
 
+from hyperwatch.monitor.api.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT_S
+
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -21,6 +23,22 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 to expose it)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--dev", action="store_true", help="dev mode: allow a missing or placeholder write token")
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds a client has to send a whole request (headers and body) before its connection is "
+        f"closed (default {DEFAULT_REQUEST_TIMEOUT_S:.0f})",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help=f"open connections kept at most; above it the one that waited longest for its request is closed "
+        f"(default {DEFAULT_MAX_CONNECTIONS})",
+    )
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
 
@@ -28,12 +46,18 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from hyperwatch.monitor.api.connections import guarded_protocol
     from hyperwatch.monitor.core.config import Settings
     from hyperwatch.monitor.core.errors import MonitorError
     from hyperwatch.monitor.main import create_app
 
     if not 0 < args.port < 65536:
         print(f"hyperwatch serve: --port {args.port} is not a port number (1-65535)", file=sys.stderr)
+        return 2
+    try:
+        protocol = guarded_protocol(args.request_timeout, args.max_connections)
+    except ValueError as exc:
+        print(f"hyperwatch serve: --{exc}".replace("_", "-", 1), file=sys.stderr)
         return 2
     overrides: dict[str, object] = {}
     if args.db:
@@ -52,5 +76,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.host not in ("127.0.0.1", "localhost", "::1") and settings.dev_mode:
         print(f"hyperwatch serve: warning: dev mode on {args.host} is reachable from other machines", file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    # Slow or half-open clients are bounded here (monitor.api.connections); on a network a fronting
+    # proxy with its own timeouts is still the recommended setup (README, "Serving").
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, http=protocol, timeout_keep_alive=5)
     return 0

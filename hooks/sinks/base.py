@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from hyperwatch.hooks.jsonsafe import sanitize_json
 from hyperwatch.hooks.schema import Batch, Point, validate_run_name
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,10 @@ class RunInfo:
 
     def __post_init__(self) -> None:
         validate_run_name(self.name)
+        # A config may hold what JSON cannot (a non-UTF-8 path, NaN, a Path): repaired, never refused.
+        self.config = sanitize_json(self.config)
+        if "summary" in self.fields:
+            self.fields["summary"] = sanitize_json(self.fields["summary"])
         unknown = set(self.fields) - RUN_FIELDS
         if unknown:
             raise SinkError(f"run fields {sorted(unknown)} are unknown; allowed: {sorted(RUN_FIELDS)}")

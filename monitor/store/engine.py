@@ -24,7 +24,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DataError, DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from hyperwatch.monitor.core.errors import InvalidInputError, MonitorError, StoreBusyError, StoreUnavailableError
 
@@ -90,17 +90,27 @@ def managed(engine: Engine, operation: str, write: bool = False) -> Iterator[Con
                 yield conn
     except MonitorError:
         raise
-    except (OverflowError, DataError) as exc:
-        # A bound value the database cannot hold (sqlite3 raises OverflowError, PostgreSQL a DataError).
+    except OverflowError as exc:
+        # sqlite3 cannot bind an integer beyond 64 bits.
         log.info("input the database cannot store during %s: %s", operation, exc)
         raise InvalidInputError(
             f"a number in the request does not fit the database while trying to {operation} "
             "(integers are 64-bit: at most 9223372036854775807); send a smaller value"
         ) from exc
+    except IntegrityError as exc:
+        if _is_race(exc):
+            # A unique or foreign-key clash is another writer's row arriving first: retry, like a lock race.
+            log.info("write race during %s: %s", operation, _first_line(exc))
+            raise StoreBusyError(
+                f"another writer changed the same rows while trying to {operation}; retry in a few seconds"
+            ) from exc
+        raise _refused(operation, exc) from exc
+    except DataError as exc:
+        raise _refused(operation, exc) from exc
     except (OperationalError, DBAPIError, SQLAlchemyError) as exc:
         for hook in DB_ERRORS_HOOK:
             hook(exc)
-        detail = str(getattr(exc, "orig", exc)).strip().splitlines()[0] if str(exc) else type(exc).__name__
+        detail = _first_line(exc)
         if any(marker in detail.lower() for marker in _BUSY_MARKERS):
             log.info("database busy during %s: %s", operation, detail)
             raise StoreBusyError(
@@ -112,6 +122,31 @@ def managed(engine: Engine, operation: str, write: bool = False) -> Iterator[Con
             f"database error while trying to {operation}: {detail}; check that the database is reachable "
             "and its schema is current (hyperwatch db upgrade)"
         ) from exc
+
+
+def _is_race(exc: IntegrityError) -> bool:
+    code = getattr(exc.orig, "sqlstate", None)  # psycopg
+    if code is not None:
+        return code in ("23505", "23503")  # unique_violation, foreign_key_violation
+    text = str(exc.orig).upper()
+    return "UNIQUE CONSTRAINT" in text or "FOREIGN KEY CONSTRAINT" in text
+
+
+def _refused(operation: str, exc: DBAPIError) -> InvalidInputError:
+    """The request's values, not the database: a value a column cannot hold (PostgreSQL: an integer
+    beyond 64 bits, a NUL in text) or a constraint it breaks (NOT NULL, CHECK). A 4xx naming the
+    column, never a 503 that clients would retry forever."""
+    detail = _first_line(exc)
+    log.info("input the database refused during %s: %s", operation, detail)
+    return InvalidInputError(
+        f"the database refused a value while trying to {operation}: {detail}; "
+        "fix that field of the request (integers are 64-bit, text holds no NUL character)"
+    )
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(getattr(exc, "orig", exc)).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def retry_busy(method: Callable[_P, _R]) -> Callable[_P, _R]:

@@ -11,7 +11,7 @@ from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine, Row
 
 from hyperwatch.monitor.core.errors import InvalidInputError, NotFoundError
-from hyperwatch.monitor.store import migrate
+from hyperwatch.monitor.store import migrate, repair
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.engine import BUSY_TIMEOUT_MS, make_engine, managed, retry_busy
 from hyperwatch.monitor.store.entities import (
@@ -105,33 +105,54 @@ class SqlStore(SeriesMixin, Store):
                 tags[run_id].append(tag)
         out = []
         for row in rows:
-            out.append(
-                Run(
-                    id=row.id,
-                    project=row.project,
-                    name=row.name,
-                    status=row.status,
-                    group=row.group_name,
-                    group_id=row.group_id,
-                    config=row.config,
-                    summary=_decode_json_floats(row.summary),
-                    tags=tags[row.id],
-                    export_layers=row.export_layers,
-                    unavailable=row.unavailable or {},
-                    last_step=row.last_step,
-                    last_point_at=as_utc(row.last_point_at),
-                    created_at=as_utc(row.created_at) or now_utc(),
-                    updated_at=as_utc(row.updated_at) or now_utc(),
-                    **{f: getattr(row, f) for f in SCALE_FIELDS},
+            try:
+                out.append(self._to_run(row, tags[row.id]))
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                # One unreadable row must not fail a list for everyone: skip it, say which.
+                log.warning(
+                    "run id %s cannot be read (%s: %s); left out of the answer", row.id, type(exc).__name__, exc
                 )
-            )
         return out
+
+    @staticmethod
+    def _to_run(row: Row[Any], tags: list[str]) -> Run:
+        """One run row as the API can send it (a bad stored value is repaired and logged, see repair)."""
+        what = f"run id {row.id}"
+        scale = {f: getattr(row, f) for f in SCALE_FIELDS}
+        for f in repair.POSITIVE_SCALE_FIELDS:
+            scale[f] = repair.positive_scale(scale[f], f"{what} {f}")
+        for f in ("optimizer", "parameterization"):
+            scale[f] = repair.text(scale[f], f"{what} {f}")
+        return Run(
+            id=row.id,
+            project=row.project,
+            name=row.name,
+            status=row.status or ACTIVE_STATUS,
+            group=row.group_name,
+            group_id=row.group_id,
+            config=repair.json_object(row.config, f"{what} config"),
+            summary=repair.summary(_decode_json_floats(row.summary), f"{what} summary"),
+            tags=tags,
+            export_layers=bool(row.export_layers),
+            unavailable=row.unavailable if isinstance(row.unavailable, dict) else {},
+            last_step=row.last_step,
+            last_point_at=as_utc(row.last_point_at),
+            created_at=as_utc(row.created_at) or now_utc(),
+            updated_at=as_utc(row.updated_at) or now_utc(),
+            **scale,
+        )
+
+    def _one(self, conn: Connection, rows: Sequence[Row[Any]]) -> Run:
+        runs = self._to_runs(conn, rows)
+        if not runs:
+            raise InvalidInputError(f"run id {rows[0].id} is stored in a form that cannot be read; see the service log")
+        return runs[0]
 
     def _get_run(self, conn: Connection, run_id: int) -> Run:
         rows = conn.execute(self._run_query().where(RunRow.id == run_id)).all()
         if not rows:
             raise NotFoundError(f"run id {run_id} not found; list runs with GET /api/v1/runs")
-        return self._to_runs(conn, rows)[0]
+        return self._one(conn, rows)
 
     def _apply_run_fields(self, conn: Connection, run_id: int, project_id: int, fields: dict[str, Any]) -> None:
         values: dict[str, Any] = {k: fields[k] for k in (*SCALE_FIELDS, "config", "export_layers") if k in fields}
@@ -140,7 +161,8 @@ class SqlStore(SeriesMixin, Store):
                 raise InvalidInputError(f"status: {fields['status']!r} is not one of {list(RUN_STATUSES)}")
             values["status"] = fields["status"]
         if "summary" in fields:
-            old = conn.execute(select(RunRow.summary).where(RunRow.id == run_id)).scalar() or {}
+            old = conn.execute(select(RunRow.summary).where(RunRow.id == run_id)).scalar()
+            old = old if isinstance(old, dict) else {}  # a bad stored summary is replaced, not merged
             values["summary"] = {**old, **_encode_json_floats(fields["summary"])}
         if fields.get("unavailable") is not None:  # merged: the hooks report what they learn as they go
             old = conn.execute(select(RunRow.unavailable).where(RunRow.id == run_id)).scalar() or {}
@@ -206,7 +228,7 @@ class SqlStore(SeriesMixin, Store):
                     f"run {name!r} not found in project {project!r}; create it first with "
                     f'POST /api/v1/runs {{"name": "{name}", "project": "{project}"}}'
                 )
-            return self._to_runs(conn, rows)[0]
+            return self._one(conn, rows)
 
     def list_runs(
         self,
@@ -257,16 +279,16 @@ class SqlStore(SeriesMixin, Store):
         ).first()
         if row is None:
             raise NotFoundError(f"group id {group_id} not found; list groups with GET /api/v1/groups")
-        g = row
+        what = f"group id {row.id}"
         return Group(
-            id=g.id,
-            project=g.project,
-            name=g.name,
-            description=g.description,
-            config=g.config,
-            thresholds=g.thresholds,
-            created_at=as_utc(g.created_at) or now_utc(),
-            updated_at=as_utc(g.updated_at) or now_utc(),
+            id=row.id,
+            project=row.project,
+            name=row.name,
+            description=repair.text(row.description, f"{what} description", default="") or "",
+            config=repair.json_object(row.config, f"{what} config"),
+            thresholds=repair.thresholds(row.thresholds, f"{what} thresholds"),
+            created_at=as_utc(row.created_at) or now_utc(),
+            updated_at=as_utc(row.updated_at) or now_utc(),
         )
 
     @retry_busy
@@ -294,8 +316,16 @@ class SqlStore(SeriesMixin, Store):
         q = select(GroupRow.id).join(ProjectRow, ProjectRow.id == GroupRow.project_id)
         if project is not None:
             q = q.where(ProjectRow.name == project)
+        out = []
         with managed(self.engine, "list groups") as conn:
-            return [self._get_group(conn, gid) for gid in conn.execute(q.order_by(GroupRow.id)).scalars()]
+            for gid in conn.execute(q.order_by(GroupRow.id)).scalars().all():
+                try:
+                    out.append(self._get_group(conn, gid))
+                except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                    log.warning(
+                        "group id %s cannot be read (%s: %s); left out of the answer", gid, type(exc).__name__, exc
+                    )
+        return out
 
 
 def _encode_json_floats(obj: Any) -> Any:

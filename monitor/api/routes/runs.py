@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
+from pydantic import ValidationError
 
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
 from hyperwatch.monitor.schemas import RunCreate, RunOut, RunUpdate, SeriesInfoOut, Status
+from hyperwatch.monitor.store.entities import Run
 
 router = APIRouter(tags=["runs"])
+log = logging.getLogger(__name__)
+
+
+def runs_out(runs: Iterable[Run]) -> list[RunOut]:
+    """Each run the response model accepts; one that fails is left out and logged, never a 500 for the list."""
+    out = []
+    for run in runs:
+        try:
+            out.append(RunOut.model_validate(run))
+        except ValidationError as exc:
+            log.warning("run id %s cannot be sent (%s); left out of the list", run.id, exc)
+    return out
 
 
 @router.post(
@@ -40,7 +56,7 @@ def list_runs(
 ) -> list[RunOut]:
     limit = min(limit, settings.max_page_size)
     runs = store.list_runs(project, group, tag or (), status, limit, offset)
-    return [RunOut.model_validate(r) for r in runs]
+    return runs_out(runs)
 
 
 @router.get("/runs/{run_id}", response_model=RunOut, dependencies=[ReadAuth], summary="One run")
