@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.service_process import serve_process
 from hyperwatch.monitor.store import SqlStore, migrate
-from hyperwatch.monitor.store.rollups import refresh_rollups
+from hyperwatch.monitor.store.rollups import seal_rollups
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -179,13 +179,17 @@ def read_figures(tmp: Path, n: int, repeats: int) -> None:
                 for s in range(lo, min(n, lo + chunk))
             ),
         )
+    con.execute("INSERT INTO series_latest VALUES (?, ?, 0, ?, 100.0)", (run.id, nid, n - 1))
     con.commit()
     con.close()
     load = time.perf_counter() - t0
     t0 = time.perf_counter()
     with store.engine.begin() as conn:
+        before: int | None = None
         for lo in range(0, n, chunk):
-            refresh_rollups(conn, run.id, {(nid, 0): set(range(lo, min(n, lo + chunk), 16))})
+            after = min(n, lo + chunk) - 1  # seal as if the points had come in chunks, as ingest would
+            seal_rollups(conn, run.id, {(nid, 0): before}, {(nid, 0): after}, {})
+            before = after
     roll = time.perf_counter() - t0
     print(f"read setup: {n:,} points loaded raw in {load:.1f} s, rollups built in {roll:.1f} s")
     times = []
