@@ -59,15 +59,19 @@ def ingest(
         )
     run = store.find_run(project, batch.run)
     points = batch.points
-    result = store.ingest(run.id, batch.batch_id, points)
+    thresholds = store.get_group(run.group_id).thresholds if run.group_id is not None else None
+    # the detectors run inside the batch's transaction: points and alerts commit together, so a
+    # batch retried after a lost race or a crash is never stored without its alerts (issue 14)
+    result = store.ingest(
+        run.id, batch.batch_id, points, detector=lambda reader: detect(reader, run.id, points, thresholds)
+    )
     BATCHES_INGESTED.labels("duplicate" if result.duplicate else "stored").inc()
     new_alerts = 0
     if result.duplicate:
         response.status_code = 200
     else:
         POINTS_INGESTED.inc(result.accepted)
-        thresholds = store.get_group(run.group_id).thresholds if run.group_id is not None else None
-        stored = store.add_alerts(run.id, detect(store, run.id, points, thresholds))  # no write when none
+        stored = result.alerts
         for alert in stored:
             ALERTS_RAISED.labels(alert.rule).inc()
             log.info("alert %s on %s/%s: %s", alert.rule, run.project, run.name, alert.message)
