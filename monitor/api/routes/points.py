@@ -23,7 +23,11 @@ INGEST_DOC = """Store one batch of points (the hooks wire format).
 - Idempotent: a `batch_id` already stored is not written again (200, `duplicate: true`); a new
   batch answers 201. A point's key is (run, name, layer, step): sending a key again overwrites its
   value and tokens (**last write wins**); within a batch the last occurrence wins.
-- Values: JSON numbers, or the strings `"NaN"`, `"Infinity"`, `"-Infinity"`, stored as such.
+- Values: JSON numbers, or the strings `"NaN"`, `"Infinity"`, `"-Infinity"`, stored as such. A
+  number beyond the double range (`1e400`, or an integer such as `10**400`) is +-Infinity, as
+  IEEE-754 rounding and JavaScript's `JSON.parse` make it, on both databases.
+- Alerts: the detectors run in the batch's own transaction; its alert events commit with its
+  points (a batch is never stored without them).
 - Limits: body size (413, `HYPERWATCH_MAX_BODY_BYTES`), points per batch (422,
   `HYPERWATCH_MAX_POINTS_PER_BATCH`, at most hooks.schema.MAX_POINTS_PER_BATCH); every invalid
   field is a 422 naming it.
