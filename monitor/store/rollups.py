@@ -205,10 +205,19 @@ def seal_rollups(
     """
     written = 0
     prev_width = 1
+    first = ROLLUP_LEVELS[1]
+    # Most batches seal nothing: a series whose level-1 block did not change and that got no step
+    # before it needs nothing at any level (the widths nest, so neither do the coarser ones).
+    busy = []
+    for key, after in latest_after.items():
+        old = latest_before.get(key)
+        if old is None or after // first != old // first or min(steps.get(key, (after,))) < old // first * first:
+            busy.append(key)
+    busy.sort()
     for level, width in ROLLUP_LEVELS.items():
         ratio = width // prev_width
         todo: list[tuple[int, ...]] = []
-        for key in sorted(latest_after):
+        for key in busy:
             for b0, b1 in blocks_to_seal(width, latest_before.get(key), latest_after[key], steps.get(key, ())):
                 if level == 1:
                     todo.append((key[0], key[1], b0 * width, (b1 + 1) * width - 1))
