@@ -2,13 +2,16 @@
 
 1. points/s through the HTTP API (``hyperwatch serve`` as its own process on localhost, an httpx
    client sending batches of the hooks wire format encoded beforehand) into SQLite and into PostgreSQL,
-   beside the raw database's own bulk-insert rate for the same rows (SQLite: executemany in one
-   transaction; PostgreSQL: COPY), as a ratio.
+   beside the raw database's floor for the same rows at the same transaction granularity (SQLite:
+   executemany; PostgreSQL: COPY; one transaction per step for 1-step batches, one in all for
+   4,096-point batches), as ratios against the targets of issue 16, and the bytes per point on disk
+   after a checkpoint (SQLite) or VACUUM (PostgreSQL). Workload: 8 indicators x 64 layers per step.
 2. latency of a 2,000-bucket downsampled read of one series of 10^7 points (SQLite), through the
    store and through HTTP, beside the time of a plain full scan of the series' points.
 
-    .venv/bin/python bench/ingest.py                       # defaults below
-    .venv/bin/python bench/ingest.py --points 100000 --series-points 1000000 --no-pg
+    .venv/bin/python bench/ingest.py                       # 100 steps, 3 repeats, both databases
+    .venv/bin/python bench/ingest.py --full --repeats 1    # 1,024,000 points
+    .venv/bin/python bench/ingest.py --steps 50 --series-points 1000000 --no-pg
 """
 
 from __future__ import annotations
@@ -32,14 +35,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.service_process import serve_process
 from hyperwatch.monitor.store import SqlStore, migrate
-from hyperwatch.monitor.store.rollups import refresh_rollups
+from hyperwatch.monitor.store.rollups import seal_rollups
 
 REPO = Path(__file__).resolve().parents[1]
 
 TOKEN = "bench-token-0123456789abcdef"
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-# name -> typical level of the indicator (values stay far from the detectors' thresholds)
-NAMES = {"attention_z": 40.0, "router_z": 20.0, "attention_rms": 0.5, "mlp_rms": 0.5, "max_vio": 0.3}
+# name -> typical level of the indicator (values stay far from the detectors' thresholds); 8 x 64 layers
+NAMES = {
+    "attention_z": 40.0,
+    "router_z": 20.0,
+    "attention_rms": 0.5,
+    "mlp_rms": 0.5,
+    "max_vio": 0.3,
+    "weight_norm": 1.0,
+    "update_ratio": 0.01,
+    "aux_loss": 0.1,
+}
+LAYERS = 64
 
 
 def serve(url: str) -> contextlib.AbstractContextManager[str]:
@@ -47,76 +60,92 @@ def serve(url: str) -> contextlib.AbstractContextManager[str]:
     return serve_process(url, TOKEN)
 
 
-def rows(n: int, layers: int = 16) -> list[tuple[str, int, int, float]]:
-    """(name, layer, step, value) in logging order: every name x layer at each step."""
-    out: list[tuple[str, int, int, float]] = []
-    step = 0
-    while len(out) < n:
-        for name, level in NAMES.items():
-            for layer in range(layers):
-                out.append((name, layer, step, level * (1.0 + 0.1 * math.sin(step * 0.01 + layer))))
-        step += 1
-    return out[:n]
+Row = tuple[str, int, int, float]
 
 
-def http_rate(base: str, data: list[tuple[str, int, int, float]], batch: int) -> float:
+def rows(steps: int, layers: int = LAYERS) -> list[Row]:
+    """(name, layer, step, value) in logging order: every name x layer at each step (512 per step)."""
+    return [
+        (name, layer, step, level * (1.0 + 0.1 * math.sin(step * 0.01 + layer)))
+        for step in range(steps)
+        for name, level in NAMES.items()
+        for layer in range(layers)
+    ]
+
+
+def chunks(data: list[Row], size: int) -> list[list[Row]]:
+    return [data[i : i + size] for i in range(0, len(data), size)]
+
+
+def http_rate(base: str, data: list[Row], batch: int, run: str) -> float:
     headers = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=base, headers=headers, timeout=120) as c:
-        c.post("/api/v1/runs", json={"name": "bench"}).raise_for_status()
+        c.post("/api/v1/runs", json={"name": run}).raise_for_status()
         bodies = []  # encoded before the clock starts: the figure is the service's, not the client's
-        for i in range(0, len(data), batch):
-            pts = [
-                {"name": n, "layer": la, "step": s, "tokens": s * 4096, "value": v}
-                for n, la, s, v in data[i : i + batch]
-            ]
-            bodies.append(json.dumps({"batch_id": uuid.uuid4().hex, "run": "bench", "points": pts}).encode())
+        for part in chunks(data, batch):
+            pts = [{"name": n, "layer": la, "step": s, "tokens": s * 4096, "value": v} for n, la, s, v in part]
+            bodies.append(json.dumps({"batch_id": uuid.uuid4().hex, "run": run, "points": pts}).encode())
         t0 = time.perf_counter()
         for body in bodies:
             c.post("/api/v1/points", content=body, headers={"Content-Type": "application/json"}).raise_for_status()
         return len(data) / (time.perf_counter() - t0)
 
 
-def raw_sqlite_rate(path: str, data: list[tuple[str, int, int, float]]) -> float:
+_RAW_RUN_SQL = (
+    "INSERT INTO runs (id, project_id, name, status, config, summary, export_layers, created_at, updated_at) "
+    "VALUES ({rid}, 99, 'raw{rid}', 'running', '{{}}', '{{}}', {false}, {now}, {now})"
+)
+
+
+def raw_sqlite_rate(path: str, data: list[Row], per_commit: int, rid: int) -> float:
+    """The floor: one prepared INSERT stepped over the rows, a commit every ``per_commit`` rows."""
     con = sqlite3.connect(path)
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=NORMAL")
     ids = {n: i + 1 for i, n in enumerate(NAMES)}
-    con.execute("INSERT INTO projects (id, name, created_at) VALUES (99, 'raw', '2025-01-01')")
-    con.execute(
-        "INSERT INTO runs (id, project_id, name, status, config, summary, export_layers, created_at, updated_at) "
-        "VALUES (99, 99, 'raw', 'running', '{}', '{}', 0, '2025-01-01', '2025-01-01')"
-    )
-    t0 = time.perf_counter()
-    con.executemany(
-        "INSERT INTO metric_points (run_id, name_id, layer, step, tokens, value) VALUES (99, ?, ?, ?, ?, ?)",
-        [(ids[n], la, s, s * 4096, v) for n, la, s, v in data],
-    )
+    con.execute("INSERT OR IGNORE INTO projects (id, name, created_at) VALUES (99, 'raw', '2025-01-01')")
+    con.execute(_RAW_RUN_SQL.format(rid=rid, false=0, now="'2025-01-01'"))
     con.commit()
+    t0 = time.perf_counter()
+    for part in chunks(data, per_commit):
+        con.executemany(
+            "INSERT INTO metric_points (run_id, name_id, layer, step, tokens, value) VALUES (?, ?, ?, ?, ?, ?)",
+            [(rid, ids[n], la, s, s * 4096, v) for n, la, s, v in part],
+        )
+        con.commit()
     rate = len(data) / (time.perf_counter() - t0)
     con.close()
     return rate
 
 
-def raw_pg_rate(dsn: str, data: list[tuple[str, int, int, float]]) -> float:
+def raw_pg_rate(dsn: str, data: list[Row], per_commit: int, rid: int) -> float:
+    """The floor: COPY of the rows, a commit every ``per_commit`` rows."""
     import psycopg
 
     ids = {n: i + 1 for i, n in enumerate(NAMES)}
     with psycopg.connect(dsn) as con:
-        con.execute("INSERT INTO projects (id, name, created_at) VALUES (99, 'raw', now())")
-        con.execute(
-            "INSERT INTO runs (id, project_id, name, status, config, summary, export_layers, created_at, updated_at) "
-            "VALUES (99, 99, 'raw', 'running', '{}', '{}', false, now(), now())"
-        )
+        con.execute("INSERT INTO projects (id, name, created_at) VALUES (99, 'raw', now()) ON CONFLICT DO NOTHING")
+        con.execute(_RAW_RUN_SQL.format(rid=rid, false="false", now="now()"))
         con.commit()
         t0 = time.perf_counter()
-        with (
-            con.cursor() as cur,
-            cur.copy("COPY metric_points (run_id, name_id, layer, step, tokens, value) FROM STDIN") as copy,
-        ):
-            for n, la, s, v in data:
-                copy.write_row((99, ids[n], la, s, s * 4096, v))
-        con.commit()
+        for part in chunks(data, per_commit):
+            with (
+                con.cursor() as cur,
+                cur.copy("COPY metric_points (run_id, name_id, layer, step, tokens, value) FROM STDIN") as copy,
+            ):
+                for n, la, s, v in part:
+                    copy.write_row((rid, ids[n], la, s, s * 4096, v))
+            con.commit()
         return len(data) / (time.perf_counter() - t0)
+
+
+def seed_names(url: str) -> None:
+    """Intern the names in a fixed order (ids 1..8) so the raw floors write the same keys."""
+    store = SqlStore(url)
+    with store.engine.begin() as conn:
+        for n in NAMES:
+            store._name_id(conn, n)
+    store.close()
 
 
 @contextlib.contextmanager
@@ -139,22 +168,63 @@ def fresh(url: str) -> None:
     store = SqlStore(url)
     migrate.upgrade(store.engine)
     store.close()
+    seed_names(url)
 
 
-def ingest_figures(label: str, url: str, raw_url: str, data: list[tuple[str, int, int, float]], batch: int) -> None:
-    fresh(url)
-    fresh(raw_url)
-    with serve(url) as base:
-        api = http_rate(base, data, batch)
-    if label == "sqlite":
-        raw = raw_sqlite_rate(raw_url.removeprefix("sqlite:///"), data)
-        how = "executemany"
-    else:
-        raw = raw_pg_rate(raw_url.replace("+psycopg", ""), data)
-        how = "COPY"
+def bytes_on_disk(url: str) -> int:
+    """The database's size after what a user would run: a WAL checkpoint (SQLite), VACUUM (PostgreSQL)."""
+    from sqlalchemy import create_engine, text
+
+    if url.startswith("sqlite"):
+        path = url.removeprefix("sqlite:///")
+        con = sqlite3.connect(path)
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        con.close()
+        return Path(path).stat().st_size
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as c:
+        c.execute(text("VACUUM"))
+        size = c.execute(text("SELECT sum(pg_total_relation_size(relid)) FROM pg_stat_user_tables")).scalar()
+    engine.dispose()
+    return int(size or 0)
+
+
+def ingest_figures(label: str, data: list[Row], repeats: int) -> None:
+    """The targets, interleaved: HTTP at one step (512 points) per batch vs the floor with one
+    transaction per step, HTTP at 4,096-point batches vs the one-transaction floor, bytes per point."""
+    step_batch, big_batch = len(NAMES) * LAYERS, 4096
+    figures: dict[str, list[float]] = {k: [] for k in ("api1", "raw1", "api8", "rawall", "bpp1", "bpp8")}
+    for rep in range(repeats):
+        with contextlib.ExitStack() as stack:
+            if label == "sqlite":
+                tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+                urls = [f"sqlite:///{tmp / f'db{i}.db'}" for i in range(3)]
+            else:
+                urls = [stack.enter_context(pg_database()) for _ in range(3)]
+            for u in urls:
+                fresh(u)
+            with serve(urls[0]) as base:
+                figures["api1"].append(http_rate(base, data, step_batch, f"step{rep}"))
+            figures["bpp1"].append(bytes_on_disk(urls[0]) / len(data))
+            with serve(urls[1]) as base:
+                figures["api8"].append(http_rate(base, data, big_batch, f"big{rep}"))
+            figures["bpp8"].append(bytes_on_disk(urls[1]) / len(data))
+            raw = raw_sqlite_rate if label == "sqlite" else raw_pg_rate
+            target = urls[2].removeprefix("sqlite:///") if label == "sqlite" else urls[2].replace("+psycopg", "")
+            figures["raw1"].append(raw(target, data, step_batch, 101))
+            figures["rawall"].append(raw(target, data, len(data), 102))
+    med = {k: statistics.median(v) for k, v in figures.items()}
+    how = "executemany" if label == "sqlite" else "COPY"
+    limit = 32 if label == "sqlite" else 40
+    r1, r8 = med["api1"] / med["raw1"], med["api8"] / med["rawall"]
     print(
-        f"ingest {label}: HTTP API {api:,.0f} points/s vs raw {how} {raw:,.0f} points/s "
-        f"= {api / raw:.3f}x of raw ({len(data):,} points, batches of {batch})"
+        f"ingest {label} ({len(data):,} points, median of {repeats}):\n"
+        f"  1 step/batch:  HTTP {med['api1']:,.0f} pts/s vs raw {how}, 1 tx/step {med['raw1']:,.0f} pts/s "
+        f"= {r1:.2f}x (target >= 0.5: {'MET' if r1 >= 0.5 else 'NOT MET'})\n"
+        f"  4096/batch:    HTTP {med['api8']:,.0f} pts/s vs raw {how}, 1 tx {med['rawall']:,.0f} pts/s "
+        f"= {r8:.2f}x (target >= 0.3: {'MET' if r8 >= 0.3 else 'NOT MET'})\n"
+        f"  bytes/point on disk: {med['bpp1']:.1f} (1 step/batch), {med['bpp8']:.1f} (4096/batch) "
+        f"(target <= {limit}: {'MET' if max(med['bpp1'], med['bpp8']) <= limit else 'NOT MET'})"
     )
 
 
@@ -179,13 +249,17 @@ def read_figures(tmp: Path, n: int, repeats: int) -> None:
                 for s in range(lo, min(n, lo + chunk))
             ),
         )
+    con.execute("INSERT INTO series_latest VALUES (?, ?, 0, ?, 100.0)", (run.id, nid, n - 1))
     con.commit()
     con.close()
     load = time.perf_counter() - t0
     t0 = time.perf_counter()
     with store.engine.begin() as conn:
+        before: int | None = None
         for lo in range(0, n, chunk):
-            refresh_rollups(conn, run.id, {(nid, 0): set(range(lo, min(n, lo + chunk), 16))})
+            after = min(n, lo + chunk) - 1  # seal as if the points had come in chunks, as ingest would
+            seal_rollups(conn, run.id, {(nid, 0): before}, {(nid, 0): after}, {})
+            before = after
     roll = time.perf_counter() - t0
     print(f"read setup: {n:,} points loaded raw in {load:.1f} s, rollups built in {roll:.1f} s")
     times = []
@@ -221,22 +295,20 @@ def read_figures(tmp: Path, n: int, repeats: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--points", type=int, default=200_000, help="points ingested per database (default 200k)")
-    ap.add_argument("--batch", type=int, default=5_000, help="points per HTTP batch (default 5000)")
+    ap.add_argument("--steps", type=int, default=100, help="steps of 512 points ingested (default 100)")
+    ap.add_argument("--full", action="store_true", help="the issue's workload: 2,000 steps = 1,024,000 points")
     ap.add_argument("--series-points", type=int, default=10_000_000, help="points of the read series (default 10^7)")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-pg", action="store_true", help="skip PostgreSQL")
     ap.add_argument("--no-read", action="store_true", help="skip the read benchmark")
     args = ap.parse_args()
-    data = rows(args.points)
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        ingest_figures("sqlite", f"sqlite:///{tmp / 'api.db'}", f"sqlite:///{tmp / 'raw.db'}", data, args.batch)
-        if not args.no_pg:
-            with pg_database() as api_url, pg_database() as raw_url:
-                ingest_figures("postgresql", api_url, raw_url, data, args.batch)
-        if not args.no_read:
-            read_figures(tmp, args.series_points, args.repeats)
+    data = rows(2000 if args.full else args.steps)
+    ingest_figures("sqlite", data, args.repeats)
+    if not args.no_pg:
+        ingest_figures("postgresql", data, args.repeats)
+    if not args.no_read:
+        with tempfile.TemporaryDirectory() as d:
+            read_figures(Path(d), args.series_points, args.repeats)
     return 0
 
 

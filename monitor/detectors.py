@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hyperwatch.hooks.schema import Point, base_name, encode_value
-from hyperwatch.monitor.store.base import Store
+from hyperwatch.monitor.store.base import Store, WindowReader
 from hyperwatch.monitor.store.entities import NewAlert
 
 DEFAULT_THRESHOLDS: dict[str, float] = {
@@ -79,9 +79,12 @@ def _spike_sorted(value: float, finite: list[float], th: dict[str, float], floor
 
 
 def detect(
-    store: Store, run_id: int, points: Sequence[Point], group_thresholds: dict[str, Any] | None
+    store: Store | WindowReader, run_id: int, points: Sequence[Point], group_thresholds: dict[str, Any] | None
 ) -> list[NewAlert]:
     """Alerts raised by a batch (after it is stored: the trailing windows are read from the store).
+
+    ``store`` is anything with ``trailing_windows``: the ingest route passes the batch's own
+    transaction (``Store.ingest(..., detector=...)``) so its alerts commit with its points.
 
     The alerts of a z_spike series are in step order; the others follow the batch's point order.
     """

@@ -104,12 +104,42 @@ def _no_text_or_bool(value: Any) -> Any:
 WireInt = Annotated[int, BeforeValidator(_no_text_or_bool)]
 
 
+def int_to_float(value: int) -> float:
+    """A JSON integer as a double; beyond the double range it is +-Infinity (IEEE-754 overflow).
+
+    Decided for issue 14 (a point ``value`` of ``10**400`` answered 500): the same number written
+    ``1e400`` already parses as +Infinity, as JavaScript's ``JSON.parse`` reads both; so an integer
+    too large for a double is stored as +-Infinity too (faithfully, with a ``nonfinite_value`` alert),
+    on both databases, rather than rejected.
+    """
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _point_value(value: Any) -> Any:
+    if type(value) is int:
+        return int_to_float(value)
+    return _decode(value)
+
+
+PointValue = Annotated[
+    float,
+    BeforeValidator(_point_value),
+    PlainSerializer(encode_value, return_type=Any, when_used="json"),
+    WithJsonSchema(_WIRE_SCHEMA),
+]
+
+
 class PointIn(Strict):
     name: MetricName
     layer: WireInt | None = Field(default=None, ge=0, le=MAX_LAYER, description="block index from 0; null = run level")
     step: WireInt = Field(ge=0, le=MAX_STEP)
     tokens: WireInt | None = Field(default=None, ge=0, le=MAX_STEP)
-    value: WireFloat
+    value: PointValue = Field(
+        description="a number (an integer beyond the double range is +-Infinity); NaN/Inf as strings"
+    )
 
 
 class BatchIn(Strict):
@@ -184,10 +214,7 @@ def _fast_batch(obj: Any) -> ParsedBatch | None:
         if type(value) is float:
             pass
         elif type(value) is int:
-            try:
-                value = float(value)
-            except OverflowError:
-                return None
+            value = int_to_float(value)
         elif type(value) is str and value in WIRE_TO_NONFINITE:
             value = WIRE_TO_NONFINITE[value]
         else:

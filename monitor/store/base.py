@@ -7,8 +7,8 @@ raise :mod:`monitor.core.errors` exceptions, never database-driver ones.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store.entities import (
@@ -22,6 +22,18 @@ from hyperwatch.monitor.store.entities import (
     Series,
     SeriesInfo,
 )
+
+
+class WindowReader(Protocol):
+    """The one read a detector needs: trailing windows of many series (a Store, or one open transaction)."""
+
+    def trailing_windows(
+        self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
+    ) -> list[list[float]]: ...
+
+
+Detector = Callable[[WindowReader], Sequence[NewAlert]]
+"""What :meth:`Store.ingest` runs on a new batch inside its transaction (see monitor.detectors)."""
 
 
 class Store(ABC):
@@ -76,8 +88,18 @@ class Store(ABC):
 
     # points
     @abstractmethod
-    def ingest(self, run_id: int, batch_id: str, points: Sequence[Point]) -> IngestResult:
-        """Store a batch once: a repeated batch_id is a no-op; a repeated (name, layer, step) overwrites."""
+    def ingest(
+        self,
+        run_id: int,
+        batch_id: str,
+        points: Sequence[Point],
+        detector: Detector | None = None,
+    ) -> IngestResult:
+        """Store a batch once: a repeated batch_id is a no-op; a repeated (name, layer, step) overwrites.
+
+        ``detector`` (given a reader of trailing windows) runs on a new batch inside the same
+        transaction and its alerts are stored with the points: both commit, or neither does.
+        """
 
     @abstractmethod
     def series(

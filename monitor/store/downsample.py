@@ -6,8 +6,9 @@ survives any N (uniform or reservoir sampling keeps a spike only by luck). The f
 points of the range and every non-finite point (NaN, +-Inf: events, not noise) are always kept.
 
 For wide buckets the extremes are read from ``metric_rollups`` instead of the points: the coarsest
-level whose block width is at most w is used, each block counts in the bucket holding its first step
-(bucket edges snap to block edges; every point is still in exactly one bucket, and each bucket's
+level whose block width is at most w is used (its *sealed* blocks only: the open tail, less than one
+block, is read from the points; see :mod:`monitor.store.rollups`), each block counts in the bucket
+holding its first step (bucket edges snap to block edges; every point is still in exactly one bucket, and each bucket's
 min and max are exact over its points). Blocks cut by an explicit start/end are read raw.
 
 The arg-min/arg-max per group is dialect-specific SQL: SQLite's documented bare-column rule for a
@@ -22,6 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from hyperwatch.monitor.store.models import NONFINITE_PREDICATE, ROLLUP_LEVELS
+from hyperwatch.monitor.store.rollups import sealed_blocks
 
 Cand = tuple[int, int | None, float | None]  # step, tokens, sql value (None = NaN)
 KEY = "run_id = :run_id AND name_id = :name_id AND layer = :layer"
@@ -70,6 +72,13 @@ def _end_point(conn: Connection, params: dict[str, Any], first: bool) -> Cand | 
     return None if row is None else (int(row[0]), row[1], row[2])
 
 
+def _latest_step(conn: Connection, params: dict[str, Any]) -> int:
+    """The series' latest stored step (blocks before ``latest // width`` have their rollup row); -1 if none."""
+    sql = f"SELECT step FROM series_latest WHERE {KEY}"
+    found = conn.execute(text(sql), params).scalar()
+    return -1 if found is None else int(found)
+
+
 def step_range(conn: Connection, params: dict[str, Any]) -> tuple[Cand, Cand] | None:
     """First and last point of the series within params' [start, end]."""
     first = _end_point(conn, params, True)
@@ -97,6 +106,7 @@ def bucket_extremes(
     else:
         bw = ROLLUP_LEVELS[level]
         fb, lb = -(-lo // bw), (hi + 1) // bw - 1  # first and last block lying wholly inside [lo, hi]
+        lb = min(lb, sealed_blocks(_latest_step(conn, params), bw) - 1)  # open blocks have no row yet
         raw_edges: list[Cand] = []
         if fb > lb:
             raw_edges = _raw(conn, params, lo, hi)

@@ -140,6 +140,7 @@ class IngestResult:
     run_id: int
     accepted: int
     duplicate: bool
+    alerts: tuple[NewAlert, ...] = ()  # alert events the batch raised, stored in its transaction
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ Semantics (also stated in the API docs):
 - within one batch the last occurrence of a key wins.
 
 One batch is one transaction and costs a fixed handful of statements whatever its size: the batch
-id, the points (one set-based upsert that also says which keys it overwrote), the latest value of
-each series, the rollups of every level (one merge, see :mod:`monitor.store.rollups`) and the run's
-progress. Only blocks holding an overwritten key are recomputed from the level below.
+id, the latest step of its series (locked), the points (one set-based upsert), the latest value of
+each series, the rollup blocks the batch seals (usually none: see :mod:`monitor.store.rollups`;
+no row is rewritten by appending steps) and the run's progress.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from hyperwatch.hooks.schema import Point
-from hyperwatch.monitor.store.bulk import bulk_write, upsert_sql
+from hyperwatch.monitor.store.bulk import bulk_write
 from hyperwatch.monitor.store.models import RUN_LEVEL_LAYER, IngestedBatchRow, RunRow
-from hyperwatch.monitor.store.rollups import PointRow, SeriesKey, merge_rollups, refresh_rollups
+from hyperwatch.monitor.store.rollups import PointRow, SeriesKey, seal_rollups
 
 _POINT_COLUMNS = ("run_id", "name_id", "layer", "step", "tokens", "value")
 _POINT_TYPES = ("int", "int", "int", "bigint", "bigint", "float8")
@@ -35,6 +35,7 @@ _POINT_KEY = ("run_id", "name_id", "layer", "step")
 _POINT_SET = "tokens = excluded.tokens, value = excluded.value"
 _LATEST_COLUMNS = ("run_id", "name_id", "layer", "step", "value")
 _LATEST_TYPES = ("int", "int", "int", "bigint", "float8")
+_COPY_POINTS = f"COPY metric_points ({', '.join(_POINT_COLUMNS)}) FROM STDIN"
 _IN_CHUNK = 500  # keys per existence query (SQLite binds at most 32,766 parameters)
 
 
@@ -104,11 +105,12 @@ def point_rows(points: Sequence[Point], name_ids: dict[str, int]) -> list[PointR
 
 
 def write_points(conn: Connection, run_id: int, points: Sequence[Point], name_ids: dict[str, int]) -> None:
-    """Store the points of a claimed batch with their latest values, rollups and the run's progress."""
+    """Store the points of a claimed batch with their latest values, sealed rollups and the run's progress."""
     if not points:
         return
     rows = point_rows(points, name_ids)
-    overwritten = _upsert_points(conn, run_id, rows)
+    before = _lock_latest(conn, run_id, sorted({r[0] for r in rows}))
+    _insert_points(conn, run_id, rows, before)
     # rows are key-sorted: the last row of a series is its latest
     latest = {(r[0], r[1]): (run_id, r[0], r[1], r[2], r[4]) for r in rows}
     bulk_write(
@@ -121,12 +123,11 @@ def write_points(conn: Connection, run_id: int, points: Sequence[Point], name_id
         "step = excluded.step, value = excluded.value",
         "excluded.step >= series_latest.step",
     )
-    merge_rollups(conn, run_id, rows)
-    if overwritten:
-        touched: dict[SeriesKey, set[int]] = defaultdict(set)
-        for name_id, layer, step in overwritten:
-            touched[(name_id, layer)].add(step)
-        refresh_rollups(conn, run_id, touched)
+    steps: dict[SeriesKey, list[int]] = defaultdict(list)
+    for r in rows:
+        steps[(r[0], r[1])].append(r[2])
+    after = {k: max(v[-1], before.get(k) or 0) for k, v in steps.items()}
+    seal_rollups(conn, run_id, {k: before.get(k) for k in steps}, after, steps)
     max_step = max(r[2] for r in rows)
     conn.execute(
         update(RunRow)
@@ -142,54 +143,48 @@ def write_points(conn: Connection, run_id: int, points: Sequence[Point], name_id
     )
 
 
-def _upsert_points(conn: Connection, run_id: int, rows: list[PointRow]) -> list[tuple[int, int, int]]:
-    """Upsert ``rows`` (last write wins); returns the keys that were already stored (overwritten)."""
-    full = [(run_id, *r) for r in rows]
-    if conn.dialect.name == "postgresql":
-        # xmax = 0 marks a row version this statement inserted; an ON CONFLICT update leaves our xid.
-        inner = upsert_sql(
-            "postgresql",
-            "metric_points",
-            _POINT_COLUMNS,
-            _POINT_TYPES,
-            _POINT_KEY,
-            _POINT_SET,
-            "",
-            "name_id, layer, step, xmax",
-        )
-        sql = f"WITH w AS ({inner}) SELECT name_id, layer, step FROM w WHERE NOT (xmax = 0)"
-        found = conn.exec_driver_sql(sql, tuple(list(col) for col in zip(*full)))
-        return [(int(n), int(la), int(s)) for n, la, s in found]
-    overwritten = _stored_keys_sqlite(conn, run_id, rows)  # one writer at a time: read-then-write is exact
-    bulk_write(conn, "metric_points", _POINT_COLUMNS, _POINT_TYPES, full, _POINT_KEY, _POINT_SET)
-    return overwritten
+def _insert_points(conn: Connection, run_id: int, rows: list[PointRow], before: dict[SeriesKey, int]) -> None:
+    """Store ``rows``, last write wins. On PostgreSQL, steps past a locked series' latest go by COPY.
+
+    Those keys cannot exist yet (no step beyond the latest is stored) and cannot be written by anyone
+    else before commit (the series' ``series_latest`` row is locked by :func:`_lock_latest`), so a
+    plain COPY, the database's fastest load, is exact for them; every other key (a new series, a
+    re-sent or late step) takes the upsert. SQLite's prepared upsert stepped in-process is already
+    within reach of its plain insert.
+    """
+    if conn.dialect.name != "postgresql":
+        full = [(run_id, *r) for r in rows]
+        bulk_write(conn, "metric_points", _POINT_COLUMNS, _POINT_TYPES, full, _POINT_KEY, _POINT_SET)
+        return
+    fresh: list[tuple[Any, ...]] = []
+    other: list[tuple[Any, ...]] = []
+    for r in rows:
+        last = before.get((r[0], r[1]))
+        (fresh if last is not None and r[2] > last else other).append((run_id, *r))
+    if fresh:
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        with raw.cursor() as cur, cur.copy(_COPY_POINTS) as copy:  # type: ignore[attr-defined]
+            for row in fresh:
+                copy.write_row(row)
+    bulk_write(conn, "metric_points", _POINT_COLUMNS, _POINT_TYPES, other, _POINT_KEY, _POINT_SET)
 
 
-def _stored_keys_sqlite(conn: Connection, run_id: int, rows: list[PointRow]) -> list[tuple[int, int, int]]:
-    """Keys of ``rows`` already in metric_points. Only steps at or before a series' latest step can be."""
-    name_ids = sorted({r[0] for r in rows})
-    latest: dict[SeriesKey, int] = {}
+def _lock_latest(conn: Connection, run_id: int, name_ids: list[int]) -> dict[SeriesKey, int]:
+    """The latest stored step of every series of ``name_ids`` in the run, their rows locked to commit.
+
+    PostgreSQL: ``FOR UPDATE`` in key order, so the writers of one series take turns from here on and
+    each sees the points and rollups of the one before (see :mod:`monitor.store.rollups`). SQLite:
+    one writer at a time already (BEGIN IMMEDIATE).
+    """
+    lock = " ORDER BY name_id, layer FOR UPDATE" if conn.dialect.name == "postgresql" else ""
+    mark = "%s" if conn.dialect.name == "postgresql" else "?"
+    out: dict[SeriesKey, int] = {}
     for i in range(0, len(name_ids), _IN_CHUNK):
         chunk = name_ids[i : i + _IN_CHUNK]
         sql = (
-            "SELECT name_id, layer, step FROM series_latest WHERE run_id = ? "
-            f"AND name_id IN ({', '.join('?' for _ in chunk)})"
+            f"SELECT name_id, layer, step FROM series_latest WHERE run_id = {mark} "
+            f"AND name_id IN ({', '.join(mark for _ in chunk)}){lock}"
         )
-        latest.update(((n, la), s) for n, la, s in conn.exec_driver_sql(sql, (run_id, *chunk)))
-    first = {(r[0], r[1]): r[2] for r in reversed(rows)}  # rows are key-sorted: each series' first step
-    suspects = {k for k, s in first.items() if k in latest and s <= latest[k]}
-    maybe: dict[SeriesKey, list[int]] = defaultdict(list)
-    if suspects:
-        for name_id, layer, step, _t, _v in rows:
-            if (name_id, layer) in suspects and step <= latest[(name_id, layer)]:
-                maybe[(name_id, layer)].append(step)
-    found: list[tuple[int, int, int]] = []
-    for (name_id, layer), steps in maybe.items():
-        for i in range(0, len(steps), _IN_CHUNK):
-            chunk = steps[i : i + _IN_CHUNK]
-            sql = (
-                "SELECT step FROM metric_points WHERE run_id = ? AND name_id = ? AND layer = ? "
-                f"AND step IN ({', '.join('?' for _ in chunk)})"
-            )
-            found.extend((name_id, layer, s) for (s,) in conn.exec_driver_sql(sql, (run_id, name_id, layer, *chunk)))
-    return found
+        out.update(((int(n), int(la)), int(s)) for n, la, s in conn.exec_driver_sql(sql, (run_id, *chunk)))
+    return out

@@ -1,34 +1,44 @@
-"""``metric_rollups`` maintenance: an incremental merge per batch, a recompute where points were overwritten.
+"""``metric_rollups`` maintenance: blocks are written once, when they are *sealed*; ingest never rewrites a row.
 
 A rollup row summarises one block of one series at one level (16, 256 or 4096 steps): the count of
 points and the point (step, tokens, value) of the minimum and of the maximum value. NaN is stored as
-NULL and never wins; +-Inf compete as ordinary values; between equal values the earlier step wins.
-That tie rule makes a block's summary a function of its points alone, whatever order they came in,
-so the two ways of maintaining it below agree exactly:
+NULL and never wins; +-Inf compete as ordinary values; between equal values the earlier step wins,
+so a block's summary is a function of its points alone, whatever order they came in.
 
-- **merge** (every batch, all levels in one statement): the batch's points are summarised per block
-  in Python and upserted with ``ON CONFLICT DO UPDATE`` keeping the smaller minimum and the larger
-  maximum and adding the counts. Exact when every point of the batch is a new key.
-- **recompute** (:func:`refresh_rollups`): a block holding a key that was *overwritten* (last write
-  wins can lower a maximum or raise a minimum, which a merge cannot undo) is rebuilt from the level
-  below (level 1 from the points), level by level. Overwrites are rare (a re-sent step), so this
-  path reads little.
+Why sealed blocks (measured 2026-11-23, /work/shared/measurements/ingest-2026-11-23.md): merging
+every batch into the rollups of its blocks rewrote each open block's row at every level on every
+batch: with one step per batch a level-3 row was rewritten 4,096 times, and on PostgreSQL every
+rewrite leaves a dead row version (193 MB of dead rollup tuples for 68,608 live rows, 292 B/point).
 
-Concurrency (PostgreSQL, READ COMMITTED): the merge statement locks each rollup row it touches until
-commit, and runs before any recompute of the same transaction; a recompute therefore reads the
-points only after every other writer of those blocks has committed, and writers that come later
-merge their points on top of it.
+The rule: block ``b`` of width ``w`` is *sealed* once the series' latest step ``L`` is past it,
+``(b + 1) * w <= L`` (i.e. ``b < L // w``). Appending training steps never adds a point to a sealed
+block, so a sealed block's row is written once, computed from the level below (level 1 from the
+points). Readers (:mod:`monitor.store.downsample`) use rollups of sealed blocks only and read the
+open tail (< one block per level) from the points.
+
+Per batch and series, with ``L_old`` the latest step before the batch and ``L_new`` after it:
+
+- blocks newly sealed, ``L_old // w <= b < L_new // w``, are computed (one range per series);
+- sealed blocks that receive a point (a late step or an overwrite: last write wins can lower a
+  maximum, which no merge could undo) are recomputed from the level below.
+
+Both are "replace the row by the summary of the level below", so the result is exact whatever the
+row held. Levels go from fine to coarse; a sealed block's sub-blocks are all sealed, so the level
+below is final when it is read. ``L_old`` unknown (a series first written by a concurrent batch)
+counts as "nothing sealed": more is recomputed, never less.
+
+Concurrency (PostgreSQL, READ COMMITTED): the writer locks the ``series_latest`` rows of its series
+(key order, before anything else is read) and keeps them to commit, so the writers of one series run
+one after the other from there and each statement after the lock sees every earlier writer's points.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from functools import lru_cache
 from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from hyperwatch.monitor.store.bulk import bulk_write
@@ -37,7 +47,9 @@ from hyperwatch.monitor.store.models import ROLLUP_LEVELS
 SeriesKey = tuple[int, int]  # (name_id, layer)
 PointRow = tuple[int, int, int, int | None, float | None]  # name_id, layer, step, tokens, sql value
 Acc = list[Any]  # [n, min_step, min_tokens, min_value, max_step, max_tokens, max_value]
+BlockRange = tuple[int, int]  # inclusive first and last block
 _VALUE = itemgetter(4)
+_RANGES_PER_STATEMENT = 4_000  # SQLite binds at most 32,766 parameters: 4 per range
 
 ROLLUP_COLUMNS = (
     "run_id",
@@ -55,31 +67,11 @@ ROLLUP_COLUMNS = (
 )
 _ROLLUP_TYPES = ("int",) * 4 + ("bigint", "int") + ("bigint", "bigint", "float8") * 2
 _ROLLUP_KEY = ("run_id", "name_id", "layer", "level", "block")
-
-
-def _wins(new: str, old: str, less: bool) -> str:
-    """SQL: the excluded row's extreme replaces the stored one (NULL = NaN never wins; ties: earlier step)."""
-    op = "<" if less else ">"
-    t = "metric_rollups"
-    return (
-        f"excluded.{new}_value IS NOT NULL AND ({t}.{old}_value IS NULL OR excluded.{new}_value {op} {t}.{old}_value "
-        f"OR (excluded.{new}_value = {t}.{old}_value AND excluded.{new}_step < {t}.{old}_step))"
-    )
-
-
-@lru_cache(maxsize=1)
-def _merge_set() -> str:
-    parts = ["n_points = metric_rollups.n_points + excluded.n_points"]
-    for kind, less in (("min", True), ("max", False)):
-        cond = _wins(kind, kind, less)
-        for col in ("step", "tokens", "value"):
-            c = f"{kind}_{col}"
-            parts.append(f"{c} = CASE WHEN {cond} THEN excluded.{c} ELSE metric_rollups.{c} END")
-    return ", ".join(parts)
+_REPLACE = ", ".join(f"{c} = excluded.{c}" for c in ROLLUP_COLUMNS[5:])
 
 
 def _better(value: float | None, step: int, best_value: float | None, best_step: int | None, less: bool) -> bool:
-    """Python twin of :func:`_wins`."""
+    """Does (value, step) beat the best so far? NULL (NaN) never wins; ties go to the earlier step."""
     if value is None:
         return False
     if best_value is None:
@@ -104,9 +96,9 @@ def _fold(acc: Acc | None, n: int, lo: tuple[Any, Any, Any], hi: tuple[Any, Any,
 def batch_summaries(run_id: int, rows: Sequence[PointRow]) -> list[tuple[Any, ...]]:
     """The rollup rows (``ROLLUP_COLUMNS`` order) summarising ``rows`` alone, every level, key-sorted.
 
-    ``rows`` must be sorted by key (as :func:`monitor.store.points.point_rows` returns them): level 1
-    is then one pass over runs of consecutive rows (builtin ``min``/``max`` keep the first, i.e. the
-    earliest, of equal values), each coarser level is folded from the one below.
+    ``rows`` must be sorted by key: level 1 is one pass over runs of consecutive rows (builtin
+    ``min``/``max`` keep the first, i.e. the earliest, of equal values), each coarser level is folded
+    from the one below. The reference summary the tests and benchmarks compare the store against.
     """
     first_width = ROLLUP_LEVELS[1]
     below: dict[tuple[int, int, int], Acc] = {}
@@ -131,31 +123,13 @@ def batch_summaries(run_id: int, rows: Sequence[PointRow]) -> list[tuple[Any, ..
             accs[key] = _fold(accs.get(key), a[0], (a[1], a[2], a[3]), (a[4], a[5], a[6]))
         below, prev_width = accs, width
         out.extend((run_id, k[0], k[1], level, k[2], *a) for k, a in below.items())
-    out.sort(key=lambda r: (r[1], r[2], r[3], r[4]))  # one lock order for every writer (PostgreSQL)
+    out.sort(key=lambda r: (r[1], r[2], r[3], r[4]))
     return out
 
 
-def merge_rollups(conn: Connection, run_id: int, rows: Sequence[PointRow]) -> None:
-    """Merge new points (keys not stored before) into the rollups of every level: one statement."""
-    summaries = batch_summaries(run_id, rows)
-    if summaries:
-        bulk_write(conn, "metric_rollups", ROLLUP_COLUMNS, _ROLLUP_TYPES, summaries, _ROLLUP_KEY, _merge_set())
-
-
-_POINTS_IN = text(
-    "SELECT step, tokens, value FROM metric_points "
-    "WHERE run_id = :r AND name_id = :n AND layer = :l AND step >= :a AND step < :b"
-)
-_ROLLUPS_IN = text(
-    "SELECT block, n_points, min_step, min_tokens, min_value, max_step, max_tokens, max_value "
-    "FROM metric_rollups WHERE run_id = :r AND name_id = :n AND layer = :l AND level = :v "
-    "AND block >= :a AND block < :b"
-)
-
-
-def _ranges(blocks: Iterable[int]) -> list[tuple[int, int]]:
-    """Sorted block numbers -> inclusive runs of consecutive numbers."""
-    out: list[tuple[int, int]] = []
+def _ranges(blocks: Iterable[int]) -> list[BlockRange]:
+    """Block numbers -> sorted inclusive runs of consecutive numbers."""
+    out: list[BlockRange] = []
     for b in sorted(set(blocks)):
         if out and b == out[-1][1] + 1:
             out[-1] = (out[-1][0], b)
@@ -164,32 +138,115 @@ def _ranges(blocks: Iterable[int]) -> list[tuple[int, int]]:
     return out
 
 
-def refresh_rollups(conn: Connection, run_id: int, touched: Mapping[SeriesKey, Collection[int]]) -> None:
-    """Recompute, from the level below, every rollup block containing a ``touched`` step, level by level.
+def _merge_ranges(ranges: Iterable[BlockRange]) -> list[BlockRange]:
+    out: list[BlockRange] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
-    The stored rows of those blocks are replaced (count, minimum and maximum), so the result is exact
-    whatever they held before; blocks whose points are all gone are left as they are (points are
-    never deleted one by one: a run's rows go together).
+
+def blocks_to_seal(
+    width: int, latest_before: int | None, latest_after: int, steps: Collection[int]
+) -> list[BlockRange]:
+    """Blocks of ``width`` to (re)compute after a batch: newly sealed ones and sealed ones holding ``steps``."""
+    sealed_after = latest_after // width  # blocks [0, sealed_after) are sealed
+    sealed_before = 0 if latest_before is None else min(latest_before // width, sealed_after)
+    ranges: list[BlockRange] = []
+    if sealed_before < sealed_after:
+        ranges.append((sealed_before, sealed_after - 1))
+    ranges += _ranges(s // width for s in steps if s // width < sealed_before)
+    return _merge_ranges(ranges)
+
+
+def _range_source(dialect: str, n: int) -> str:
+    """SQL rows (n, l, a, b) of ``n`` bound ranges: unnest of arrays (PostgreSQL) or VALUES (SQLite)."""
+    if dialect == "postgresql":
+        return "SELECT * FROM unnest(%s::int[], %s::int[], %s::bigint[], %s::bigint[])"
+    return "VALUES " + ", ".join("(?, ?, ?, ?)" for _ in range(n))
+
+
+def _read_in_ranges(
+    conn: Connection, run_id: int, select_cols: str, table: str, pos: str, extra: str, ranges: list[tuple[int, ...]]
+) -> list[tuple[Any, ...]]:
+    """Rows of ``table`` for (name_id, layer, first, last) ``ranges`` of column ``pos``, one statement per chunk."""
+    dialect = conn.dialect.name
+    mark = "%s" if dialect == "postgresql" else "?"
+    out: list[tuple[Any, ...]] = []
+    for i in range(0, len(ranges), _RANGES_PER_STATEMENT):
+        chunk = ranges[i : i + _RANGES_PER_STATEMENT]
+        sql = (
+            f"WITH r(n, l, a, b) AS ({_range_source(dialect, len(chunk))}) SELECT t.name_id, t.layer, {select_cols} "
+            "FROM r "
+            f"JOIN {table} AS t ON t.run_id = {mark} AND t.name_id = r.n AND t.layer = r.l "
+            f"AND t.{pos} >= r.a AND t.{pos} <= r.b{extra}"
+        )
+        if dialect == "postgresql":
+            params: Any = (*(list(col) for col in zip(*chunk)), run_id)
+        else:
+            params = (*(v for r in chunk for v in r), run_id)
+        out.extend(conn.exec_driver_sql(sql, params))
+    return out
+
+
+def seal_rollups(
+    conn: Connection,
+    run_id: int,
+    latest_before: Mapping[SeriesKey, int | None],
+    latest_after: Mapping[SeriesKey, int],
+    steps: Mapping[SeriesKey, Collection[int]],
+) -> int:
+    """Write the rollup rows a batch seals or invalidates (see the module doc); returns how many were written.
+
+    ``latest_before``/``latest_after``: each touched series' latest step before and after the batch;
+    ``steps``: the steps the batch wrote per series. One read and one write statement per level at most.
     """
+    written = 0
     prev_width = 1
+    first = ROLLUP_LEVELS[1]
+    # Most batches seal nothing: a series whose level-1 block did not change and that got no step
+    # before it needs nothing at any level (the widths nest, so neither do the coarser ones).
+    busy = []
+    for key, after in latest_after.items():
+        old = latest_before.get(key)
+        if old is None or after // first != old // first or min(steps.get(key, (after,))) < old // first * first:
+            busy.append(key)
+    busy.sort()
     for level, width in ROLLUP_LEVELS.items():
-        out_rows: list[tuple[Any, ...]] = []
         ratio = width // prev_width
-        for (name_id, layer), steps in sorted(touched.items()):
-            key = {"r": run_id, "n": name_id, "l": layer}
-            for b0, b1 in _ranges(s // width for s in steps):
-                accs: dict[int, Acc] = {}
+        todo: list[tuple[int, ...]] = []
+        for key in busy:
+            for b0, b1 in blocks_to_seal(width, latest_before.get(key), latest_after[key], steps.get(key, ())):
                 if level == 1:
-                    rows = conn.execute(_POINTS_IN, {**key, "a": b0 * width, "b": (b1 + 1) * width})
-                    for step, tokens, value in rows:
-                        pt = (step, tokens, value)
-                        accs[step // width] = _fold(accs.get(step // width), 1, pt, pt)
+                    todo.append((key[0], key[1], b0 * width, (b1 + 1) * width - 1))
                 else:
-                    rows = conn.execute(_ROLLUPS_IN, {**key, "v": level - 1, "a": b0 * ratio, "b": (b1 + 1) * ratio})
-                    for blk, n, s0, t0, v0, s1, t1, v1 in rows:
-                        accs[blk // ratio] = _fold(accs.get(blk // ratio), n, (s0, t0, v0), (s1, t1, v1))
-                out_rows.extend((run_id, name_id, layer, level, block, *a) for block, a in sorted(accs.items()))
-        if out_rows:
-            replace = ", ".join(f"{c} = excluded.{c}" for c in ROLLUP_COLUMNS[5:])
-            bulk_write(conn, "metric_rollups", ROLLUP_COLUMNS, _ROLLUP_TYPES, out_rows, _ROLLUP_KEY, replace)
+                    todo.append((key[0], key[1], b0 * ratio, (b1 + 1) * ratio - 1))
         prev_width = width
+        if not todo:
+            continue
+        accs: dict[tuple[int, int, int], Acc] = {}
+        if level == 1:
+            for n, la, step, tokens, value in _read_in_ranges(
+                conn, run_id, "t.step, t.tokens, t.value", "metric_points", "step", "", todo
+            ):
+                pt = (step, tokens, value)
+                k = (n, la, step // width)
+                accs[k] = _fold(accs.get(k), 1, pt, pt)
+        else:
+            cols = "t.block, t.n_points, t.min_step, t.min_tokens, t.min_value, t.max_step, t.max_tokens, t.max_value"
+            for n, la, blk, cnt, s0, t0, v0, s1, t1, v1 in _read_in_ranges(
+                conn, run_id, cols, "metric_rollups", "block", f" AND t.level = {level - 1:d}", todo
+            ):
+                k = (n, la, blk // ratio)
+                accs[k] = _fold(accs.get(k), cnt, (s0, t0, v0), (s1, t1, v1))
+        out_rows = [(run_id, k[0], k[1], level, k[2], *a) for k, a in sorted(accs.items())]
+        bulk_write(conn, "metric_rollups", ROLLUP_COLUMNS, _ROLLUP_TYPES, out_rows, _ROLLUP_KEY, _REPLACE)
+        written += len(out_rows)
+    return written
+
+
+def sealed_blocks(latest_step: int, width: int) -> int:
+    """How many leading blocks of ``width`` are sealed (have their rollup row) when the latest step is given."""
+    return latest_step // width

@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import downsample as ds
+from hyperwatch.monitor.store.base import Detector
 from hyperwatch.monitor.store.engine import managed, retry_busy
 from hyperwatch.monitor.store.entities import (
     ACTIVE_STATUS,
@@ -39,6 +40,22 @@ from hyperwatch.monitor.store.points import (
 from hyperwatch.monitor.store.trailing import trailing_windows
 
 
+def _alert_key(a: NewAlert) -> tuple[str, str, int, int]:
+    return (a.rule, a.name, sql_layer(a.layer), a.step)
+
+
+class _ConnWindows:
+    """A :class:`WindowReader` reading inside an open transaction (it sees the batch being stored)."""
+
+    def __init__(self, store: SeriesMixin, conn: Connection) -> None:
+        self._store, self._conn = store, conn
+
+    def trailing_windows(
+        self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
+    ) -> list[list[float]]:
+        return self._store._trailing_windows(self._conn, run_id, keys, limit) if keys else []
+
+
 class SeriesMixin:
     """Needs ``engine``, ``_name_id`` and ``_get_run`` from the class it is mixed into."""
 
@@ -52,14 +69,21 @@ class SeriesMixin:
 
     # -- points ----------------------------------------------------------------------------------
     @retry_busy
-    def ingest(self, run_id: int, batch_id: str, points: Sequence[Point]) -> IngestResult:
+    def ingest(
+        self, run_id: int, batch_id: str, points: Sequence[Point], detector: Detector | None = None
+    ) -> IngestResult:
         with managed(self.engine, f"store batch {batch_id} of run {run_id}", write=True) as conn:
             seen = claim_batch(conn, run_id, batch_id, len(points))
             if seen is not None:
                 return IngestResult(run_id=run_id, accepted=seen, duplicate=True)
             name_ids = {n: self._name_id(conn, n) for n in {p.name for p in points}}
             write_points(conn, run_id, points, name_ids)  # type: ignore[arg-type]
-            return IngestResult(run_id=run_id, accepted=len(points), duplicate=False)
+            alerts: list[NewAlert] = []
+            if detector is not None:
+                # same transaction: the batch and its alerts commit together or not at all (a retried
+                # batch is then either a duplicate with its alerts stored, or new and detected again)
+                alerts = self._insert_alerts(conn, run_id, detector(_ConnWindows(self, conn)))
+            return IngestResult(run_id=run_id, accepted=len(points), duplicate=False, alerts=tuple(alerts))
 
     def _series_params(self, conn: Connection, run_id: int, name: str, layer: int | None) -> dict[str, Any] | None:
         self._get_run(conn, run_id)
@@ -134,10 +158,15 @@ class SeriesMixin:
         if not keys:
             return []
         with managed(self.engine, f"read trailing windows of {len(keys)} series of run {run_id}") as conn:
-            ids = {name: self._name_id(conn, name, create=False) for name in {k[0] for k in keys}}
-            known = [i for i, k in enumerate(keys) if ids[k[0]] is not None]
-            wanted = [(ids[keys[i][0]], sql_layer(keys[i][1]), keys[i][2]) for i in known]
-            found = trailing_windows(conn, run_id, wanted, limit)  # type: ignore[arg-type]
+            return self._trailing_windows(conn, run_id, keys, limit)
+
+    def _trailing_windows(
+        self, conn: Connection, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
+    ) -> list[list[float]]:
+        ids = {name: self._name_id(conn, name, create=False) for name in {k[0] for k in keys}}
+        known = [i for i, k in enumerate(keys) if ids[k[0]] is not None]
+        wanted = [(ids[keys[i][0]], sql_layer(keys[i][1]), keys[i][2]) for i in known]
+        found = trailing_windows(conn, run_id, wanted, limit)  # type: ignore[arg-type]
         out: list[list[float]] = [[] for _ in keys]
         for i, window in zip(known, found):
             out[i] = [from_sql_value(v) for v in window]
@@ -146,27 +175,33 @@ class SeriesMixin:
     # -- alerts and exports ----------------------------------------------------------------------
     @retry_busy
     def add_alerts(self, run_id: int, alerts: Sequence[NewAlert]) -> list[NewAlert]:
-        new: list[NewAlert] = []
         if not alerts:
-            return new
+            return []
         with managed(self.engine, f"store alerts of run {run_id}", write=True) as conn:
-            for a in alerts:
-                ins = dialect_insert(conn, AlertEventRow.__table__).values(
-                    run_id=run_id,
-                    rule=a.rule,
-                    severity=a.severity,
-                    name=a.name,
-                    layer=sql_layer(a.layer),
-                    step=a.step,
-                    value=to_sql_value(a.value),
-                    baseline=a.baseline,
-                    message=a.message,
-                    created_at=now_utc(),
-                )
-                stmt = ins.on_conflict_do_nothing(index_elements=["run_id", "rule", "name", "layer", "step"])
-                if conn.execute(stmt.returning(AlertEventRow.id)).first() is not None:
-                    new.append(a)
-        return new
+            return self._insert_alerts(conn, run_id, alerts)
+
+    def _insert_alerts(self, conn: Connection, run_id: int, alerts: Sequence[NewAlert]) -> list[NewAlert]:
+        """Insert ``alerts`` not stored yet (in key order: concurrent writers lock in one order); the new ones."""
+        new: list[int] = []
+        order = sorted(range(len(alerts)), key=lambda i: _alert_key(alerts[i]))
+        for i in order:
+            a = alerts[i]
+            ins = dialect_insert(conn, AlertEventRow.__table__).values(
+                run_id=run_id,
+                rule=a.rule,
+                severity=a.severity,
+                name=a.name,
+                layer=sql_layer(a.layer),
+                step=a.step,
+                value=to_sql_value(a.value),
+                baseline=a.baseline,
+                message=a.message,
+                created_at=now_utc(),
+            )
+            stmt = ins.on_conflict_do_nothing(index_elements=["run_id", "rule", "name", "layer", "step"])
+            if conn.execute(stmt.returning(AlertEventRow.id)).first() is not None:
+                new.append(i)
+        return [alerts[i] for i in sorted(new)]  # in the detector's order
 
     def list_alerts(
         self,

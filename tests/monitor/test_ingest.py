@@ -161,3 +161,22 @@ def test_concurrent_writers_on_sqlite(sqlite_store: SqlStore) -> None:
     with sqlite_store.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM metric_points")).scalar() == 6 * 5 * 8
         assert conn.execute(text("SELECT count(*) FROM ingested_batches")).scalar() == 30
+
+
+def test_integer_beyond_double_range_is_infinity_not_500(client: TestClient) -> None:
+    """Issue 14 item 3: 10**400 as a JSON integer is +Infinity (as 1e400 is), -10**400 is -Infinity."""
+    run = create_run(client, "huge")
+    big = "1" + "0" * 400
+    for step_text, batch_id in (("1", "huge-fast-1"), ("2.0", "huge-slow-2")):  # fast parser, then BatchIn
+        body = (
+            f'{{"batch_id": "{batch_id}", "run": "huge", "points": ['
+            f'{{"name": "attention_z", "layer": 0, "step": {step_text}, "value": {big}}}, '
+            f'{{"name": "attention_z", "layer": 1, "step": {step_text}, "value": -{big}}}]}}'
+        )
+        r = client.post("/api/v1/points", content=body, headers={**AUTH, "Content-Type": "application/json"})
+        assert r.status_code == 201, r.text
+        assert r.json()["alerts"] == 2  # nonfinite_value, stored with the points
+    for layer, want in ((0, "Infinity"), (1, "-Infinity")):
+        r = client.get(f"/api/v1/runs/{run['id']}/series", params={"name": "attention_z", "layer": layer})
+        assert r.status_code == 200, r.text
+        assert [p["value"] for p in r.json()["points"]] == [want, want]

@@ -23,7 +23,11 @@ INGEST_DOC = """Store one batch of points (the hooks wire format).
 - Idempotent: a `batch_id` already stored is not written again (200, `duplicate: true`); a new
   batch answers 201. A point's key is (run, name, layer, step): sending a key again overwrites its
   value and tokens (**last write wins**); within a batch the last occurrence wins.
-- Values: JSON numbers, or the strings `"NaN"`, `"Infinity"`, `"-Infinity"`, stored as such.
+- Values: JSON numbers, or the strings `"NaN"`, `"Infinity"`, `"-Infinity"`, stored as such. A
+  number beyond the double range (`1e400`, or an integer such as `10**400`) is +-Infinity, as
+  IEEE-754 rounding and JavaScript's `JSON.parse` make it, on both databases.
+- Alerts: the detectors run in the batch's own transaction; its alert events commit with its
+  points (a batch is never stored without them).
 - Limits: body size (413, `HYPERWATCH_MAX_BODY_BYTES`), points per batch (422,
   `HYPERWATCH_MAX_POINTS_PER_BATCH`, at most hooks.schema.MAX_POINTS_PER_BATCH); every invalid
   field is a 422 naming it.
@@ -59,15 +63,19 @@ def ingest(
         )
     run = store.find_run(project, batch.run)
     points = batch.points
-    result = store.ingest(run.id, batch.batch_id, points)
+    thresholds = store.get_group(run.group_id).thresholds if run.group_id is not None else None
+    # the detectors run inside the batch's transaction: points and alerts commit together, so a
+    # batch retried after a lost race or a crash is never stored without its alerts (issue 14)
+    result = store.ingest(
+        run.id, batch.batch_id, points, detector=lambda reader: detect(reader, run.id, points, thresholds)
+    )
     BATCHES_INGESTED.labels("duplicate" if result.duplicate else "stored").inc()
     new_alerts = 0
     if result.duplicate:
         response.status_code = 200
     else:
         POINTS_INGESTED.inc(result.accepted)
-        thresholds = store.get_group(run.group_id).thresholds if run.group_id is not None else None
-        stored = store.add_alerts(run.id, detect(store, run.id, points, thresholds))  # no write when none
+        stored = result.alerts
         for alert in stored:
             ALERTS_RAISED.labels(alert.rule).inc()
             log.info("alert %s on %s/%s: %s", alert.rule, run.project, run.name, alert.message)
