@@ -35,6 +35,7 @@ from hyperwatch.hooks.schema import (
     MAX_STEP,
     WIRE_TO_NONFINITE,
     Point,
+    RunStatus,
     SchemaError,
     decode_value,
     encode_value,
@@ -73,7 +74,7 @@ WireFloat = Annotated[
 MetricName = Annotated[str, BeforeValidator(_checked(validate_name))]
 RunName = Annotated[str, BeforeValidator(_checked(validate_run_name))]
 ProjectName = Annotated[str, BeforeValidator(_checked(lambda v: validate_run_name(v, "project")))]
-Status = Literal["running", "finished", "failed", "crashed"]
+Status = RunStatus  # one list, defined in the hooks' wire schema
 Tag = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:=+@/-]+$")]
 XAxis = Literal["step", "tokens", "flops", "fraction"]
 
@@ -375,6 +376,7 @@ class AlertOut(BaseModel):
     baseline: float | None
     message: str
     created_at: datetime
+    source: str = Field(description='"service" (the detectors) or "prometheus" (Alertmanager webhook)')
 
 
 class HealthOut(BaseModel):

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from hyperwatch.hooks.schema import Batch, Point, validate_run_name
+from hyperwatch.hooks.schema import RUN_STATUSES, Batch, Point, validate_run_name
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,6 @@ RUN_FIELDS = frozenset(
     }
 )
 """Run fields the service accepts beside ``name`` and ``config`` (POST /api/v1/runs)."""
-
-RUN_STATUSES = frozenset({"running", "finished", "failed", "crashed", "killed"})
 
 
 class SinkError(ValueError):
