@@ -160,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"hyperwatch demo: {exc}", file=sys.stderr)
         return 2
+    out.mkdir(parents=True, exist_ok=True)
     db_url = f"sqlite:///{(out / 'hyperwatch.db').resolve()}"
     service = ServiceProcess(db_url, host=args.host, port=args.port, log_path=out / "service.log")
     stack: AlertingStack | None = None

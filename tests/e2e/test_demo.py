@@ -11,9 +11,9 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
+from hyperwatch.app import create_app
 from hyperwatch.hooks.schema import METRICS
 from hyperwatch.monitor.core.config import Settings
-from hyperwatch.monitor.main import create_app
 from hyperwatch.monitor.store import SqlStore
 from tests.web.browser import chromium, console_errors, screenshot, wait_ready
 from tests.web.conftest import serve
