@@ -267,6 +267,8 @@ class RunOut(BaseModel):
     last_point_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    stale: bool = Field(default=False, description="running, but no points for HYPERWATCH_STALE_AFTER_S")
+    tokens_seen: int | None = Field(default=None, description="training tokens up to the last stored step")
 
 
 class Thresholds(Strict):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from hyperwatch.hooks.schema import SchemaError, decode_value
@@ -368,3 +369,26 @@ def x_values(run: Run, steps: Sequence[int], tokens: Sequence[int | None], x: XA
         assert run.tokens
         scale = 1.0 / run.tokens
     return [None if t is None else t * scale for t in tokens]
+
+
+# -- runs as the API and the pages list them -------------------------------------------------------
+def is_stale(run: Run, stale_after_s: float, now: datetime | None = None) -> bool:
+    """A run marked running whose last point (else its last update) is older than ``stale_after_s``:
+    the process is probably gone without saying so (killed -9, a lost node)."""
+    if run.status != "running":
+        return False
+    seen = run.last_point_at or run.updated_at
+    now = now or datetime.now(UTC)
+    return (now - (seen if seen.tzinfo else seen.replace(tzinfo=UTC))).total_seconds() > stale_after_s
+
+
+def tokens_seen(run: Run) -> int | None:
+    """Training tokens up to the run's last stored step (its budget per step x steps done)."""
+    if run.last_step is None or not run.tokens or not run.total_steps:
+        return None
+    return min(run.tokens, round(run.tokens / run.total_steps * (run.last_step + 1)))
+
+
+def run_view(run: Run, stale_after_s: float, now: datetime | None = None) -> dict[str, Any]:
+    """The run's fields plus ``stale`` and ``tokens_seen``, what GET /api/v1/runs returns."""
+    return {**run.__dict__, "stale": is_stale(run, stale_after_s, now), "tokens_seen": tokens_seen(run)}

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Response
 
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
 from hyperwatch.monitor.schemas import RunCreate, RunOut, RunUpdate, SeriesInfoOut, Status
+from hyperwatch.monitor.views import run_view
 
 router = APIRouter(tags=["runs"])
 
@@ -40,12 +41,12 @@ def list_runs(
 ) -> list[RunOut]:
     limit = min(limit, settings.max_page_size)
     runs = store.list_runs(project, group, tag or (), status, limit, offset)
-    return [RunOut.model_validate(r) for r in runs]
+    return [RunOut.model_validate(run_view(r, settings.stale_after_s)) for r in runs]
 
 
 @router.get("/runs/{run_id}", response_model=RunOut, dependencies=[ReadAuth], summary="One run")
-def get_run(run_id: int, store: StoreDep) -> RunOut:
-    return RunOut.model_validate(store.get_run(run_id))
+def get_run(run_id: int, store: StoreDep, settings: SettingsDep) -> RunOut:
+    return RunOut.model_validate(run_view(store.get_run(run_id), settings.stale_after_s))
 
 
 @router.patch("/runs/{run_id}", response_model=RunOut, dependencies=[WriteAuth], summary="Update a run")
