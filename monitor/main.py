@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hyperwatch import __version__
+from hyperwatch.monitor.api.docs import add_local_docs
 from hyperwatch.monitor.api.middleware import BodySizeLimit, RequestTiming
 from hyperwatch.monitor.api.routes import API_ROUTERS, health
 from hyperwatch.monitor.core.config import Settings
@@ -50,7 +51,10 @@ def create_app(settings: Settings, store: Store | None = None, registry: Collect
         title="HyperWatch monitor",
         version=__version__,
         description="Training-stability monitoring: ingest metric points, query series, alerts, Prometheus.",
+        docs_url=None,  # served below from local assets: the CDN defaults are a blank page offline
+        redoc_url=None,
     )
+    add_local_docs(app)
     app.state.settings = settings
     app.state.store = store
     app.state.registry = build_registry(store, registry)
