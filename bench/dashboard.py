@@ -34,9 +34,9 @@ from prometheus_client import CollectorRegistry
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hyperwatch.app import create_app  # noqa: E402
 from hyperwatch.hooks.schema import Point  # noqa: E402
 from hyperwatch.monitor.core.config import Settings  # noqa: E402
-from hyperwatch.monitor.main import create_app  # noqa: E402
 from hyperwatch.monitor.store import SqlStore, migrate  # noqa: E402
 from hyperwatch.web.data import COMPARE_INDICATORS  # noqa: E402
 from tests.web.browser import chromium, missing_browser, wait_ready  # noqa: E402

@@ -117,6 +117,7 @@ class Monitor:
         self._checked_missing = False
         self.closed = False
         self._finished = False
+        self.last_points: list[Point] = []  # the last emitted step's points, for progress displays
         n_layers = max(spec.index for spec in plan.layers) + 1
         n_experts = [0] * n_layers
         for spec in plan.layers:
@@ -367,6 +368,7 @@ class Monitor:
             points.append(Point("tokens", step, float(tokens), tokens=tokens))
         for (layer, name), value in zip(weight_names, flat[pos : pos + len(weight_names)]):
             points.append(Point(name, step, float(value), layer=layer, tokens=tokens))
+        self.last_points = points  # read by progress displays (a reference swap: no lock needed)
         self._check_missing(layers)
         self._write(points)
         self._send_unavailable()

@@ -21,9 +21,17 @@ import math
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 SCHEMA_VERSION = 1
+
+RunStatus = Literal["running", "finished", "failed", "crashed", "killed", "interrupted"]
+"""The one list of run statuses, shared by the hooks (``Monitor.finish``) and the service.
+
+``killed``: the process was stopped from outside (a signal); ``interrupted``: the user pressed
+Ctrl-C (the run can be resumed); ``crashed``: an exception in the training code. "Stale" is not a
+status: the service derives it from the time since a running run's last point."""
+RUN_STATUSES: frozenset[str] = frozenset(get_args(RunStatus))
 
 
 @dataclass(frozen=True)

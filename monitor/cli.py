@@ -46,10 +46,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from hyperwatch.app import create_app
     from hyperwatch.monitor.api.connections import guarded_protocol
     from hyperwatch.monitor.core.config import Settings
     from hyperwatch.monitor.core.errors import MonitorError
-    from hyperwatch.monitor.main import create_app
 
     if not 0 < args.port < 65536:
         print(f"hyperwatch serve: --port {args.port} is not a port number (1-65535)", file=sys.stderr)

@@ -1,4 +1,8 @@
-"""The FastAPI application: ``create_app(settings)``; ``hyperwatch serve`` runs it with uvicorn."""
+"""The service's API: ``create_app(settings)`` (routes under /api/v1, health, /metrics), no pages.
+
+The dashboards are mounted above this by :func:`hyperwatch.app.create_app`, which ``hyperwatch
+serve`` runs: monitor/ never imports web/ (web reads through :mod:`monitor.views`).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hyperwatch import __version__
+from hyperwatch.monitor.api.docs import add_local_docs
 from hyperwatch.monitor.api.middleware import BodySizeLimit, RequestTiming
 from hyperwatch.monitor.api.routes import API_ROUTERS, health
 from hyperwatch.monitor.core.config import Settings
@@ -21,7 +26,6 @@ from hyperwatch.monitor.core.errors import MonitorError
 from hyperwatch.monitor.prometheus import DATABASE_ERRORS, build_registry
 from hyperwatch.monitor.store import SqlStore, Store
 from hyperwatch.monitor.store.engine import DB_ERRORS_HOOK
-from hyperwatch.web.router import router as web_router
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
@@ -47,14 +51,16 @@ def create_app(settings: Settings, store: Store | None = None, registry: Collect
         title="HyperWatch monitor",
         version=__version__,
         description="Training-stability monitoring: ingest metric points, query series, alerts, Prometheus.",
+        docs_url=None,  # served below from local assets: the CDN defaults are a blank page offline
+        redoc_url=None,
     )
+    add_local_docs(app)
     app.state.settings = settings
     app.state.store = store
     app.state.registry = build_registry(store, registry)
     for router in API_ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(health.router)
-    app.include_router(web_router)  # the dashboards: pages under /, their JSON under /ui/data (read auth)
 
     @app.exception_handler(MonitorError)
     async def _domain_error(_request: Request, exc: MonitorError) -> JSONResponse:

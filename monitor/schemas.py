@@ -37,6 +37,7 @@ from hyperwatch.hooks.schema import (
     MAX_STEP,
     WIRE_TO_NONFINITE,
     Point,
+    RunStatus,
     SchemaError,
     decode_value,
     encode_value,
@@ -82,7 +83,7 @@ RunName = Annotated[str, BeforeValidator(_checked(validate_run_name)), WithJsonS
 ProjectName = Annotated[
     str, BeforeValidator(_checked(lambda v: validate_run_name(v, "project"))), WithJsonSchema(_RUN_NAME_SCHEMA)
 ]
-Status = Literal["running", "finished", "failed", "crashed"]
+Status = RunStatus  # one list, defined in the hooks' wire schema
 Tag = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:=+@/-]+$")]
 XAxis = Literal["step", "tokens", "flops", "fraction"]
 UnavailableKey = Annotated[str, Field(min_length=1, max_length=200)]
@@ -423,6 +424,8 @@ class RunOut(BaseModel):
     last_point_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    stale: bool = Field(default=False, description="running, but no points for HYPERWATCH_STALE_AFTER_S")
+    tokens_seen: int | None = Field(default=None, description="training tokens up to the last stored step")
 
 
 class Thresholds(Strict):
@@ -540,6 +543,7 @@ class AlertOut(BaseModel):
     baseline: float | None
     message: str
     created_at: datetime
+    source: str = Field(description='"service" (the detectors) or "prometheus" (Alertmanager webhook)')
 
 
 class HealthOut(BaseModel):

@@ -1,33 +1,56 @@
-"""``hyperwatch demo``: the main job in one command, on the embedded default (SQLite).
+"""``hyperwatch demo``: the main job in one command: an instability caught live, across scales.
 
-1. starts the service on a SQLite file (schema upgraded first), bound to localhost;
-2. runs a small cross-scale MuonH+HyperP MoE sweep (``configs/cpu/demo_moe_depth.toml``: three
-   depths) on a real corpus every machine has (the Python standard library's own source), each
-   run streaming its per-layer indicators through the hooks into the service;
-3. prints each run's loss curve and the dashboard URL, then keeps serving until Ctrl-C.
+1. starts the service on a SQLite file (schema upgraded first), bound to localhost, creates the two
+   groups (with the demo's detector thresholds) and prints the dashboard URLs before anything trains;
+2. starts Prometheus and Alertmanager as child processes when they are installed (Debian's
+   ``prometheus`` and ``prometheus-alertmanager``): Prometheus scrapes the service and evaluates
+   ``prometheus/rules.yml`` on demo time scales, Alertmanager posts what fires to the service;
+3. trains two arms across the same depths, side by side (one process each, one CPU core each), on
+   a real corpus every machine has (the Python standard library's own source):
 
-``HYPERWATCH_DEMO_FAST=1`` (or ``--fast``) makes a short version for tests; ``--no-serve`` stops
-the service when the sweep is done.
+   - ``configs/cpu/demo_hyperp.toml``: MuonH + HyperP with QK-Norm, whose indicators stay bounded
+     and do not grow with depth (verdict "transferable");
+   - ``configs/cpu/demo_baseline.toml``: MuonH without HyperP (no LR transfer across depth) and
+     without QK-Norm at a too-high learning rate, whose attention Z-value explodes (a ``z_spike``
+     alert from the service's detector and a firing ``HyperWatchAttentionZSpike`` delivered by
+     Alertmanager) and grows with depth ("breaks");
+
+   each run prints a live line per logged step (step/total, loss, attention Z, tokens/s, ETA),
+   also written to its ``train.log``;
+4. prints each run's loss curve, each arm's verdict, the alerts by source, and keeps serving until
+   Ctrl-C (runs stopped by Ctrl-C are marked "interrupted" and resume on the next ``make demo``).
+
+``HYPERWATCH_DEMO_FAST=1`` (or ``--fast``) is the short version (depths 2 and 3, 16 steps) the
+end-to-end test runs; ``--no-serve`` stops everything when the runs are done.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
+import threading
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+from hyperwatch.monitor.children import AlertingStack, ChildProcessError, ServiceProcess, alerting_available
 from hyperwatch.trainer.config import ConfigError
-from hyperwatch.trainer.sweep import Sweep, SweepRun, load_sweep, run_sweep
+from hyperwatch.trainer.sweep import Sweep, SweepRun, expand, load_sweep, run_sweep
 
 BARS = " ▁▂▃▄▅▆▇█"
-DEMO_SWEEP = Path(__file__).resolve().parent.parent / "configs" / "cpu" / "demo_moe_depth.toml"
+CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "cpu"
+DEMO_SWEEPS = (CONFIGS / "demo_hyperp.toml", CONFIGS / "demo_baseline.toml")
+FAST_TOKENS = 131072  # 16 steps of 8192 tokens
+FAST_DEPTHS = (2, 3)
+DEMO_THRESHOLDS = {"spike_window": 20, "spike_min_points": 4, "spike_mad_multiple": 3.0, "spike_min_relative": 0.5}
+"""The service detector on demo time scales: a verdict after 4 logged steps instead of 10, and a
+jump of 3 robust deviations instead of 8 (a blow-up within a few steps has a noisy baseline). The
+same thresholds for both arms, so the recipe that does not fire is judged by the same rule; the
+absolute minimum (attention Z >= 100) is the default."""
 
 
 def sparkline(values: list[float], width: int = 50) -> str:
@@ -46,46 +69,6 @@ def sparkline(values: list[float], width: int = 50) -> str:
     )
 
 
-def free_port(host: str, preferred: int) -> int:
-    """``preferred`` when it is free, else any free port."""
-    for port in (preferred, 0):
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return int(s.getsockname()[1])
-    raise OSError(f"no free port on {host}")
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the service exited with code {proc.returncode} before it was ready")
-        try:
-            with urllib.request.urlopen(f"{url}/readyz", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise RuntimeError(f"the service at {url} was not ready after {timeout:.0f} s")
-
-
-def start_service(db_url: str, host: str, port: int, log_path: Path) -> subprocess.Popen[bytes]:
-    hw = [sys.executable, "-m", "hyperwatch"]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    upgrade = subprocess.run([*hw, "db", "upgrade", "--db", db_url], capture_output=True, text=True)
-    if upgrade.returncode != 0:
-        raise RuntimeError(f"'hyperwatch db upgrade' failed: {upgrade.stderr.strip()[-500:]}")
-    out = open(log_path, "ab")  # noqa: SIM115 - lives as long as the service
-    return subprocess.Popen(
-        [*hw, "serve", "--db", db_url, "--host", host, "--port", str(port), "--dev"],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-    )
-
-
 def read_losses(folder: Path) -> list[float]:
     """The run's per-step losses from its checkpoint (written by the trainer)."""
     import torch
@@ -97,86 +80,135 @@ def read_losses(folder: Path) -> list[float]:
     return [float(v) for _, v in state["losses"]]
 
 
-def report(sweep: Sweep, runs: list[SweepRun]) -> None:
+def _api(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{url}{path}", data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def create_groups(url: str, sweeps: list[Sweep]) -> dict[str, int]:
+    """Each arm's group, created before training with the demo thresholds; name -> id."""
+    ids = {}
+    for sweep in sweeps:
+        desc = f"hyperwatch demo: {sweep.base.get('optim', {}).get('arm')} arm, depths {sweep.grid.get('depth')}"
+        group = _api(url, "/api/v1/groups", {"name": sweep.name, "description": desc, "thresholds": DEMO_THRESHOLDS})
+        ids[sweep.name] = int(group["id"])
+    return ids
+
+
+def report(url: str, sweeps: list[Sweep], results: dict[str, list[SweepRun]], groups: dict[str, int]) -> None:
     print()
-    print(f"sweep {sweep.name}: {len(runs)} runs")
-    for r in runs:
-        losses = read_losses(sweep.folder / r.name)
-        curve = f"{losses[0]:.3f} -> {losses[-1]:.3f}  {sparkline(losses)}" if losses else "(no losses)"
-        val = f"{r.val_loss:.4f}" if isinstance(r.val_loss, float) else str(r.val_loss)
-        print(f"  {r.status:>8}  {r.name:<16} val_loss {val:<8} loss {curve}")
-
-
-def group_page(url: str, group: str) -> str:
-    """The scale-comparison page of ``group`` (the runs page when the group cannot be found)."""
-    import json
-
+    for sweep in sweeps:
+        runs = results.get(sweep.name, [])
+        print(f"{sweep.name}: {len(runs)} runs")
+        for r in runs:
+            losses = read_losses(sweep.folder / r.name)
+            curve = f"{losses[0]:.3f} -> {losses[-1]:.3f}  {sparkline(losses)}" if losses else "(no losses)"
+            val = f"{r.val_loss:.4f}" if isinstance(r.val_loss, float) else str(r.val_loss)
+            print(f"  {r.status:>11}  {r.name:<20} val_loss {val:<8} loss {curve}")
+        try:
+            stab = _api(url, f"/api/v1/groups/{groups[sweep.name]}/stability?name=attention_z")
+            z = (stab.get("report") or {}).get("indicators", {}).get("attention_z", {})
+            print(f"  attention Z across depths: {z.get('verdict', 'n/a')}  peaks {z.get('peak', {}).get('values')}")
+        except (OSError, ValueError) as exc:
+            print(f"  (no verdict: {exc})")
     try:
-        with urllib.request.urlopen(f"{url}/api/v1/groups", timeout=5) as resp:
-            groups = json.loads(resp.read())
+        alerts = _api(url, "/api/v1/alerts?limit=1000")
     except (OSError, ValueError):
-        return f"{url}/runs"
-    ids = [g["id"] for g in groups if g.get("name") == group]
-    return f"{url}/groups/{ids[0]}" if ids else f"{url}/runs"
+        alerts = []
+    by_source: dict[str, int] = {}
+    for a in alerts:
+        by_source[a["source"]] = by_source.get(a["source"], 0) + 1
+    print(f"alerts: {by_source or 'none'}")
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Service on SQLite and a sweep streaming into it.")
+    p = argparse.ArgumentParser(
+        prog=prog, description="Service on SQLite and two arms across scales streaming into it."
+    )
     p.add_argument("--fast", action="store_true", help="a short version for tests (also HYPERWATCH_DEMO_FAST=1)")
     p.add_argument("--out", default="runs/demo", help="folder for the database, checkpoints and logs")
     p.add_argument("--host", default="127.0.0.1", help="address the service binds to (localhost by default)")
     p.add_argument("--port", type=int, default=8000, help="service port (another free one if taken)")
-    p.add_argument("--no-serve", action="store_true", help="stop the service when the sweep is done")
-    p.add_argument("--sweep", default=str(DEMO_SWEEP), help="the sweep file to run")
+    p.add_argument("--no-serve", action="store_true", help="stop the service when the runs are done")
+    p.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus and Alertmanager")
+    p.add_argument("--sweep", action="append", default=None, help="a sweep file to run (repeat; default: the two arms)")
     return p
 
 
+def _load(args: argparse.Namespace, fast: bool, out: Path) -> list[Sweep]:
+    sweeps = [load_sweep(path) for path in (args.sweep or DEMO_SWEEPS)]
+    for sweep in sweeps:
+        if fast:
+            sweep.base.setdefault("train", {}).update(tokens=FAST_TOKENS, eval_every=8, eval_batches=4)
+            sweep.base.setdefault("data", {}).update(max_bytes=1_000_000)
+            if "depth" in sweep.grid:
+                sweep.grid["depth"] = [d for d in sweep.grid["depth"] if d in FAST_DEPTHS] or sweep.grid["depth"][:1]
+            sweep.name += "-fast"
+            sweep.runs = expand(sweep)
+        sweep.out_dir = str(out / "sweeps")
+    return sweeps
+
+
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     fast = args.fast or os.environ.get("HYPERWATCH_DEMO_FAST", "") not in ("", "0")
     if not 0 < args.port < 65536:
         print("hyperwatch demo: --port must be in 1..65535", file=sys.stderr)
         return 2
     out = Path(args.out)
     try:
-        sweep = load_sweep(args.sweep)
+        sweeps = _load(args, fast, out)
     except ConfigError as exc:
         print(f"hyperwatch demo: {exc}", file=sys.stderr)
         return 2
-    if fast:
-        sweep.base.setdefault("train", {}).update(tokens=32768, eval_every=2, eval_batches=4)
-        sweep.base.setdefault("data", {}).update(max_bytes=1_000_000)
-        sweep.name += "-fast"
-        for r in sweep.runs:
-            r.name = r.name.replace(sweep.name[: -len("-fast")], sweep.name, 1)
-    sweep.out_dir = str(out / "sweeps")
-    port = free_port(args.host, args.port)
-    url = f"http://{args.host}:{port}"
+    out.mkdir(parents=True, exist_ok=True)
     db_url = f"sqlite:///{(out / 'hyperwatch.db').resolve()}"
+    service = ServiceProcess(db_url, host=args.host, port=args.port, log_path=out / "service.log")
+    stack: AlertingStack | None = None
     try:
-        service = start_service(db_url, args.host, port, out / "service.log")
-    except RuntimeError as exc:
+        service.start()
+        url = service.url
+        groups = create_groups(url, sweeps)
+        print(f"HyperWatch dashboard: {url}/runs   (database {db_url})", flush=True)
+        for sweep in sweeps:
+            print(f"  scale page {sweep.name}: {url}/groups/{groups[sweep.name]}", flush=True)
+        print(f"  alerts: {url}/alerts   API: {url}/docs", flush=True)
+        missing = "--no-prometheus" if args.no_prometheus else alerting_available()
+        if missing is None:
+            stack = AlertingStack(url, log_dir=out / "alerting").start()
+            print(f"  Prometheus {stack.prometheus_url}/alerts   Alertmanager {stack.alertmanager_url}", flush=True)
+        else:
+            print(f"  (Prometheus and Alertmanager not started: {missing}; the service's detector still alerts)")
+        lock = threading.Lock()
+
+        def show(line: str) -> None:
+            with lock:
+                print(f"  {line}", flush=True)
+
+        for sweep in sweeps:
+            sweep.server, sweep.on_progress = url, show
+        with ThreadPoolExecutor(max_workers=len(sweeps)) as pool:  # the arms side by side
+            done = dict(zip([s.name for s in sweeps], pool.map(run_sweep, sweeps), strict=True))
+        report(url, sweeps, done, groups)
+        if stack is not None:
+            print(f"Prometheus alerts firing now: {stack.firing() or 'none (they resolve once a run ends)'}")
+        print(f"\ndashboard: {url}/groups/{groups[sweeps[-1].name]}   runs: {url}/runs   alerts: {url}/alerts")
+        failed = any(r.status == "failed" for rs in done.values() for r in rs)
+        if args.no_serve:
+            return 1 if failed else 0
+        print("serving until Ctrl-C", flush=True)
+        assert service.proc is not None
+        service.proc.wait()
+        return 0
+    except ChildProcessError as exc:
         print(f"hyperwatch demo: {exc}", file=sys.stderr)
         return 1
-    try:
-        wait_ready(url, service)
-        print(f"service on {url} (database {db_url})")
-        sweep.server = url
-        results = run_sweep(sweep)
-        report(sweep, results)
-        print()
-        print(f"dashboard: {group_page(url, sweep.name)}   runs: {url}/runs   API: {url}/docs")
-        if args.no_serve:
-            return 1 if any(r.status == "failed" for r in results) else 0
-        print("serving until Ctrl-C")
-        service.wait()
-        return 0
     except KeyboardInterrupt:
-        return 0
+        print("\ninterrupted: runs stopped by Ctrl-C are marked 'interrupted' and resume next time")
+        return 130
     finally:
-        if service.poll() is None:
-            service.send_signal(signal.SIGINT)
-            try:
-                service.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                service.kill()
+        if stack is not None:
+            stack.stop()
+        service.stop()

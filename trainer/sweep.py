@@ -29,9 +29,11 @@ import itertools
 import json
 import logging
 import shlex
+import signal
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,11 +58,22 @@ SHORT = {"depth": "d", "lr": "lr", "tokens": "t", "tpp": "tpp", "arm": "", "moe_
          "moe_granularity": "k", "aux_loss_gamma": "g", "batch_tokens": "b"}  # fmt: skip
 
 
+PROGRESS_MARK = b" progress "
+"""What the trainer's progress lines carry (``... INFO ...train: progress RUN step 3/40 ...``)."""
+INTERRUPTED_CODES = (-signal.SIGINT, 130)
+"""Exit codes of a run stopped by Ctrl-C (Python re-raises SIGINT; shells report 128 + 2)."""
+
+
+def print_progress(line: str) -> None:
+    """The default live display: one line per logged step of each run, as the trainer wrote it."""
+    print(line, flush=True)
+
+
 @dataclass
 class SweepRun:
     name: str
     overrides: dict[str, Any]  # "section.key" -> value
-    status: str = "pending"  # pending | skipped | finished | failed
+    status: str = "pending"  # pending | skipped | finished | failed | interrupted
     returncode: int | None = None
     val_loss: float | None = None
 
@@ -76,6 +89,8 @@ class Sweep:
     out_dir: str = "sweeps"
     token: str = ""
     runs: list[SweepRun] = field(default_factory=list)
+    on_progress: Callable[[str], None] = field(default=print_progress, repr=False)
+    interrupted: bool = False  # set when a run was stopped by Ctrl-C
 
     @property
     def folder(self) -> Path:
@@ -213,6 +228,8 @@ def _mark_failed(sweep: Sweep, run: SweepRun) -> None:
 
 
 def execute(sweep: Sweep, run: SweepRun) -> SweepRun:
+    if sweep.interrupted:
+        return run  # Ctrl-C stopped an earlier run: start no new one (status stays "pending")
     folder = sweep.folder / run.name
     done = _finished(folder)
     if done is not None:
@@ -220,15 +237,25 @@ def execute(sweep: Sweep, run: SweepRun) -> SweepRun:
         return run
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "train.log", "ab") as out:
-        proc = subprocess.run(command(sweep, run), stdout=out, stderr=subprocess.STDOUT, check=False)
-    run.returncode = proc.returncode
+        proc = subprocess.Popen(command(sweep, run), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the whole log goes to train.log; progress lines also to the console
+            out.write(line)
+            out.flush()
+            if PROGRESS_MARK in line:
+                sweep.on_progress(line.decode("utf-8", "replace").split(PROGRESS_MARK.decode(), 1)[1].strip())
+        returncode = proc.wait()
+    run.returncode = returncode
     summary = _finished(folder)
-    if proc.returncode == 0 and summary is not None:
+    if returncode == 0 and summary is not None:
         run.status, run.val_loss = "finished", summary.get("val_loss")
+    elif returncode in INTERRUPTED_CODES:
+        run.status = "interrupted"  # Ctrl-C: the trainer marked the run itself; it resumes next time
+        sweep.interrupted = True
     else:
         run.status = "failed"
         _mark_failed(sweep, run)
-        log.error("%s failed (exit %s); see %s", run.name, proc.returncode, folder / "train.log")
+        log.error("%s failed (exit %s); see %s", run.name, returncode, folder / "train.log")
     return run
 
 

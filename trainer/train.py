@@ -400,6 +400,8 @@ class Trainer:
                         )
                 if bar is not None:
                     bar.update(1)
+                elif self.is_main and (final or (step + 1) % self.cfg.log.every == 0):
+                    log.info("%s", self._progress_line(step + 1, last, loss, monitor, t0, tokens - tokens_at_t0))
                 if final or (tcfg.eval_every and (step + 1) % tcfg.eval_every == 0):
                     val = self.evaluate()
                     self.result.val_losses.append((step, val))
@@ -410,6 +412,9 @@ class Trainer:
             if last > self.start_step:
                 self.save_checkpoint(last)
             status = "finished" if last == self.total_steps else "running"
+        except KeyboardInterrupt:
+            status = "interrupted"  # Ctrl-C: the service shows it, and the run resumes from its checkpoint
+            raise
         finally:
             if bar is not None:
                 bar.close()
@@ -426,6 +431,27 @@ class Trainer:
         float(loss)  # wait for the step to finish
         self.result.compile_warmup_s = time.perf_counter() - t_start
         log.info("%s: torch.compile warm-up (first step) %.1f s", self.run, self.result.compile_warmup_s)
+
+    def _progress_line(
+        self, done: int, last: int, loss: torch.Tensor, monitor: Any, t0: float, tokens_done: int
+    ) -> str:
+        """``progress RUN step 12/40 loss 3.1 attention_z 25.3 tok/s 9,876 ETA 0:42`` for logs and sweeps.
+
+        One host sync of the loss on logged steps only; attention Z is the largest layer's value of
+        the last step the hooks emitted (they run one step behind, on their own thread)."""
+        elapsed = max(time.perf_counter() - t0, 1e-9)
+        rate = tokens_done / elapsed
+        steps_done = done - self.start_step
+        eta = int(elapsed / max(steps_done, 1) * (last - done))
+        z = "n/a"
+        points = getattr(monitor, "last_points", None) or ()
+        zs = [p.value for p in points if p.name == "attention_z"]
+        if zs:
+            z = f"{max(zs):.4g}"
+        return (
+            f"progress {self.run} step {done}/{last} loss {float(loss):.4f} attention_z {z} "
+            f"tok/s {rate:,.0f} ETA {eta // 60}:{eta % 60:02d}"
+        )
 
     def summary(self, status: str) -> dict[str, Any]:
         r = self.result

@@ -16,19 +16,21 @@ from fastapi import APIRouter, Query
 
 from hyperwatch.monitor.analysis import AnalysisError, fit_group, jsonable, stability_verdict
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep
-from hyperwatch.monitor.api.routes.analysis import (
+from hyperwatch.monitor.core.errors import InvalidInputError
+from hyperwatch.monitor.schemas import MetricName
+from hyperwatch.monitor.store.base import Store
+from hyperwatch.monitor.store.entities import Run, SeriesInfo
+from hyperwatch.monitor.views import (
     STABILITY_INDICATORS,
     Agg,
     TokenMap,
     aggregate_series,
     group_records,
     group_runs,
+    match_runs,
     stability_values,
+    truncate,
 )
-from hyperwatch.monitor.core.errors import InvalidInputError
-from hyperwatch.monitor.schemas import MetricName
-from hyperwatch.monitor.store.base import Store
-from hyperwatch.monitor.store.entities import Run, SeriesInfo
 from hyperwatch.web.figures import (
     RunLine,
     XAxis,
@@ -105,6 +107,7 @@ def group_compare(
     colour, label = colours(runs), labels(runs)
     lines: list[RunLine] = []
     records: list[dict[str, Any]] = []
+    matching = match_runs(runs)
     for run in runs:
         latest = _latest.get(store, run)
         if not any(s.name == name for s in latest):
@@ -115,8 +118,10 @@ def group_compare(
             continue
         lines.append(RunLine(run, line, label[run.id], colour[run.id]))
         size = size_of(run)
-        if size is not None:
-            records.append({"run": run.name, "scale": size, "indicators": {name: stability_values(line)}})
+        if size is not None and run.id in matching.cutoff and matching.reason is None:
+            compared = truncate(line, matching.cutoff[run.id])
+            if compared.values:
+                records.append({"run": run.name, "scale": size, "indicators": {name: stability_values(compared, name)}})
     figure = compare_figure(name, lines, x, agg, gl)
     verdict = None
     if records:
@@ -124,11 +129,12 @@ def group_compare(
             verdict = stability_verdict(records).to_json()["indicators"].get(name)
         except AnalysisError as exc:  # the records are built here, so this is a bug worth a log line
             log.warning("stability verdict of %s in group %s failed: %s", name, group.name, exc)
+    why = matching.reason or ("n/a: no run has a model size" if not records else None)
     return jsonable(  # type: ignore[no-any-return]
         {
             "group": group.name,
             "figure": figure,
-            "stability": stability_figure(name, verdict, "model size (parameters)"),
+            "stability": stability_figure(name, verdict, "model size (parameters)", why, matching.fraction),
             "runs": len(lines),
         }
     )

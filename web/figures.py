@@ -17,13 +17,13 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from hyperwatch.monitor.api.routes.analysis import AggSeries
 from hyperwatch.monitor.store.entities import Alert, LayerMatrix, Run
+from hyperwatch.monitor.views import FINAL_ONLY, AggSeries, XAxis, XAxisError, x_values
 from hyperwatch.web.scale import NONFINITE_COLOUR, esc, human_count
 
-XAxis = Literal["step", "tokens", "flops", "fraction"]
+__all__ = ["XAxis", "XAxisError", "x_values"]  # re-exported for the pages
 X_TITLES = {"step": "step", "tokens": "training tokens", "flops": "training FLOPs", "fraction": "fraction of training"}
 NONFINITE_SYMBOL = {"NaN": "x", "Infinity": "triangle-up", "-Infinity": "triangle-down"}
 TITLES = {
@@ -41,38 +41,9 @@ TITLES = {
 }
 
 
-class XAxisError(ValueError):
-    """A run lacks the field an x-axis needs; the message names the run, the field and the fix."""
-
-
 def wire(v: float) -> str:
     """The wire spelling of a non-finite value ("NaN", "Infinity", "-Infinity")."""
     return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
-
-
-def x_values(run: Run, steps: Sequence[int], tokens: Sequence[int | None], x: XAxis) -> list[float | None]:
-    """The x of each point on axis ``x``; raises :class:`XAxisError` when the run cannot have it."""
-    where = f"run {run.name!r} (id {run.id})"
-    if x == "step":
-        return [float(s) for s in steps]
-    if x == "fraction" and not run.tokens:
-        if not run.total_steps:
-            raise XAxisError(f"x=fraction: {where} has neither tokens nor total_steps; set one on the run")
-        return [s / run.total_steps for s in steps]
-    if x != "tokens" and not run.tokens:
-        raise XAxisError(f"x={x}: {where} has no tokens (training tokens of the run); set it on the run")
-    if x == "flops" and not run.flops:
-        raise XAxisError(f"x=flops: {where} has no flops; set the run's training FLOPs")
-    if steps and all(t is None for t in tokens):
-        raise XAxisError(f"x={x}: {where}: its points carry no tokens; send tokens with the points or use x=step")
-    scale = 1.0
-    if x == "flops":
-        assert run.flops and run.tokens
-        scale = run.flops / run.tokens  # training FLOPs per token
-    elif x == "fraction":
-        assert run.tokens
-        scale = 1.0 / run.tokens
-    return [None if t is None else t * scale for t in tokens]
 
 
 def _finite_or_none(values: Sequence[float]) -> list[float | None]:
@@ -183,8 +154,18 @@ def compare_figure(name: str, lines: Sequence[RunLine], x: XAxis, agg: str, gl: 
     return {"data": data, "layout": layout, "meta": {"name": name, "missing": missing}}
 
 
-def stability_figure(name: str, verdict: dict[str, Any] | None, size_of_scale: str) -> dict[str, Any]:
-    """Peak and final value of one indicator vs model size, titled with the verdict."""
+def stability_figure(
+    name: str,
+    verdict: dict[str, Any] | None,
+    size_of_scale: str,
+    why: str | None = None,
+    fraction: float | None = 1.0,
+) -> dict[str, Any]:
+    """Peak and final value of one indicator vs model size (log axis), titled with the verdict.
+
+    ``why`` replaces the verdict when there is none (e.g. "n/a until runs finish"); ``fraction``
+    below 1 says the runs are compared at that matched fraction of training. A loss shows its
+    final value only (a larger model starts higher: its peak says nothing)."""
     layout = base_layout(esc(name), esc(size_of_scale), "value", height=340)
     layout["xaxis"]["type"] = "log"
     layout["showlegend"] = True
@@ -196,10 +177,14 @@ def stability_figure(name: str, verdict: dict[str, Any] | None, size_of_scale: s
         "bgcolor": "rgba(255,255,255,0.7)",
     }
     if verdict is None:
-        layout["title"]["text"] = f"{esc(name)}: no data"
-        return {"data": [], "layout": layout, "meta": {"verdict": None}, "config": {"displayModeBar": False}}
+        layout["title"]["text"] = f"{esc(name)}: {esc(why or 'no data')}"
+        layout["annotations"] = [_note(why or "no data")]
+        meta: dict[str, Any] = {"verdict": None, "reason": why}
+        return {"data": [], "layout": layout, "meta": meta, "config": {"displayModeBar": False}}
     data: list[dict[str, Any]] = []
-    for key, dash, colour in (("peak", "solid", "#1f77b4"), ("final", "dash", "#ff7f0e")):
+    keys = (("final", "dash", "#ff7f0e"),) if name in FINAL_ONLY else (
+        ("peak", "solid", "#1f77b4"), ("final", "dash", "#ff7f0e"))  # fmt: skip
+    for key, dash, colour in keys:
         part = verdict[key]
         scales = [float(s) for s in part["scales"]]
         values = [_decode(v) for v in part["values"]]
@@ -222,8 +207,9 @@ def stability_figure(name: str, verdict: dict[str, Any] | None, size_of_scale: s
     if state == "breaks" and verdict.get("breaks_at") is not None:
         text += f" at {human_count(float(verdict['breaks_at']))}"
     colour = {"transferable": "#2ca02c", "breaks": NONFINITE_COLOUR}.get(state, "#7f7f7f")
-    layout["title"]["text"] = f"{esc(name)}: <span style='color:{colour}'>{text}</span>"
-    meta = {"verdict": state, "breaks_at": verdict.get("breaks_at")}
+    at = "" if fraction is None or fraction >= 1.0 else f" (at {fraction:.0%} of training)"
+    layout["title"]["text"] = f"{esc(name)}: <span style='color:{colour}'>{text}</span>{at}"
+    meta = {"verdict": state, "breaks_at": verdict.get("breaks_at"), "fraction": fraction}
     return {"data": data, "layout": layout, "meta": meta, "config": {"displayModeBar": False}}
 
 
@@ -335,3 +321,16 @@ def heatmap_figure(run: Run, m: LayerMatrix, xs: Sequence[float | None], x: XAxi
     layout.pop("yaxis2")
     layout["yaxis"] = {"title": {"text": "layer"}, "dtick": 1 if len(m.layers) <= 24 else None}
     return {"data": data, "layout": layout, "meta": {"name": m.name, "layers": list(m.layers)}}
+
+
+def _note(text: str) -> dict[str, Any]:
+    """A centred message in an empty figure: why there is nothing to draw (never a bare axis)."""
+    return {
+        "text": esc(text),
+        "xref": "paper",
+        "yref": "paper",
+        "x": 0.5,
+        "y": 0.5,
+        "showarrow": False,
+        "font": {"size": 13, "color": "#555"},
+    }

@@ -5,6 +5,9 @@ cannot be forgotten in a template. Ids in the path are integers, validated by th
 from __future__ import annotations
 
 from html import escape
+from typing import get_args
+
+from hyperwatch.monitor.schemas import Status
 
 NAV = (("Runs", "/runs"), ("Alerts", "/alerts"))
 
@@ -37,14 +40,20 @@ def _shell(title: str, script: str, body: str, assets: dict[str, str], data: dic
 """
 
 
+STATUS_OPTIONS = "".join(f"<option>{s}</option>" for s in get_args(Status))
+"""The one list of run statuses (hooks' wire schema), so the filter offers every status a run can have."""
+
+
 def runs_page(assets: dict[str, str]) -> str:
-    body = """<h1>Runs</h1>
+    body = (
+        """<h1>Runs</h1>
 <form id="filters" class="filters">
 <label>Project <input name="project" autocomplete="off"></label>
 <label>Group <input name="group" autocomplete="off"></label>
 <label>Tags <input name="tags" placeholder="tag1 tag2" autocomplete="off"></label>
-<label>Status <select name="status"><option value="">any</option><option>running</option><option>finished</option>
-<option>failed</option><option>crashed</option></select></label>
+<label>Status <select name="status"><option value="">any</option>"""
+        + STATUS_OPTIONS
+        + """</select></label>
 <label>Depth ≥ <input name="min_depth" type="number" min="1" step="1"></label>
 <label>Depth ≤ <input name="max_depth" type="number" min="1" step="1"></label>
 <label>Params ≥ <input name="min_params" placeholder="e.g. 100M" autocomplete="off"></label>
@@ -57,6 +66,7 @@ def runs_page(assets: dict[str, str]) -> str:
 <th data-key="tokens">Tokens</th><th data-key="last_step">Last step</th><th data-key="alerts">Alerts</th>
 <th data-key="tags">Tags</th><th data-key="updated_at">Updated</th></tr></thead><tbody></tbody></table>
 <h2>Groups</h2><ul id="groups-list" class="links"></ul>"""
+    )
     return _shell("Runs", "runs.js", body, assets)
 
 

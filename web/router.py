@@ -1,6 +1,6 @@
 """The dashboards: pages under ``/``, their JSON under ``/ui/data``, static files under ``/ui/static``.
 
-``router`` is what ``monitor.main.create_app`` mounts. plotly.js comes from the installed plotly
+``router`` is what ``hyperwatch.app.create_app`` mounts. plotly.js comes from the installed plotly
 package (``plotly/package_data/plotly.min.js``): no CDN, works offline. Static URLs carry a hash
 of the file's content, so they are served with a year of ``immutable`` caching and a change of
 version is a new URL; gzip is sent when the browser accepts it.

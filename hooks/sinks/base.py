@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hyperwatch.hooks.jsonsafe import sanitize_json
-from hyperwatch.hooks.schema import Batch, Point, validate_run_name
+from hyperwatch.hooks.schema import RUN_STATUSES, Batch, Point, validate_run_name
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,6 @@ RUN_FIELDS = frozenset(
     }
 )
 """Run fields the service accepts beside ``name`` and ``config`` (POST /api/v1/runs)."""
-
-RUN_STATUSES = frozenset({"running", "finished", "failed", "crashed", "killed"})
 
 
 class SinkError(ValueError):

@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     max_compare_runs: int = Field(default=200, ge=1, le=10_000)
     max_page_size: int = Field(default=1000, ge=1, le=100_000)
     check_schema: bool = Field(default=True, description="refuse to start on an out-of-date schema")
+    stale_after_s: float = Field(
+        default=900.0, gt=0, description="a running run without points for this long is shown as stale"
+    )
 
     @field_validator("write_token", "read_token", mode="before")
     @classmethod

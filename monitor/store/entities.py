@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-RUN_STATUSES = ("running", "finished", "failed", "crashed")
+from hyperwatch.hooks.schema import RUN_STATUSES as _WIRE_RUN_STATUSES
+
+RUN_STATUSES = tuple(sorted(_WIRE_RUN_STATUSES))  # the one list, from the hooks' wire schema
 ACTIVE_STATUS = "running"
 
 SCALE_FIELDS = (
@@ -116,6 +118,7 @@ class NewAlert:
     value: float
     baseline: float | None
     message: str
+    source: str = "service"  # or "prometheus": delivered by Alertmanager to the webhook
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,7 @@ class Alert:
     baseline: float | None
     message: str
     created_at: datetime
+    source: str = "service"
 
 
 @dataclass(frozen=True)

@@ -213,3 +213,4 @@ class AlertEventRow(Base):
     baseline: Mapped[float | None] = mapped_column(Double, nullable=True)
     message: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    source: Mapped[str] = mapped_column(String(16), server_default="service")  # "service" | "prometheus"

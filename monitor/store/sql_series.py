@@ -196,6 +196,7 @@ class SeriesMixin:
                 value=to_sql_value(a.value),
                 baseline=a.baseline,
                 message=a.message,
+                source=a.source,
                 created_at=now_utc(),
             )
             stmt = ins.on_conflict_do_nothing(index_elements=["run_id", "rule", "name", "layer", "step"])
@@ -246,6 +247,7 @@ class SeriesMixin:
                     baseline=r.baseline,
                     message=r.message,
                     created_at=as_utc(r.created_at) or now_utc(),
+                    source=r.source,
                 )
                 for r in conn.execute(q)
             ]

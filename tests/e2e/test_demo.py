@@ -1,87 +1,119 @@
-"""The main job end to end: `hyperwatch demo` (fast) on SQLite, then read back through the real API."""
+"""The main job end to end: `hyperwatch demo` (fast) tells the story, read back through the API and
+in headless Chromium.
+
+Two arms across depths 2 and 3 stream into the service: MuonH + HyperP with QK-Norm (attention Z
+bounded: "transferable") and vanilla MuonH without QK-Norm at a too-high LR (attention Z explodes
+and grows with depth: "breaks", z_spike alerts from the service's detector and, with Prometheus
+and Alertmanager installed, HyperWatchAttentionZSpike delivered to the webhook). Screenshots of
+every page go to test-artifacts/e2e/.
+"""
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
-from hyperwatch.hooks.schema import METRICS
+from hyperwatch.app import create_app
+from hyperwatch.monitor.children import alerting_available, free_port
 from hyperwatch.monitor.core.config import Settings
-from hyperwatch.monitor.main import create_app
 from hyperwatch.monitor.store import SqlStore
-from tests.web.browser import chromium, console_errors, screenshot, wait_ready
+from tests.web.browser import chromium, console_errors, screenshot, wait_for, wait_ready
 from tests.web.conftest import serve
 
-PER_LAYER = ["attention_z", "router_z", "attention_rms", "mlp_rms", "attention_outlier_ratio",
-             "mlp_outlier_ratio", "max_vio"]  # fmt: skip
+PER_LAYER = ["attention_z", "attention_rms", "mlp_rms", "attention_outlier_ratio", "mlp_outlier_ratio"]
 RUN_LEVEL = ["loss", "val_loss", "lr", "grad_norm"]
+SHOTS = Path("test-artifacts") / "e2e"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def test_fast_demo_streams_every_layer_and_indicator(tmp_path: Path) -> None:
-    env = {**os.environ, "HYPERWATCH_DEMO_FAST": "1"}
+def test_fast_demo_catches_the_instability_live_across_scales(tmp_path: Path) -> None:
+    env = {**os.environ, "HYPERWATCH_DEMO_FAST": "1", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "hyperwatch", "demo", "--no-serve", "--out", str(tmp_path), "--port", str(free_port())]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert "dashboard: http://127.0.0.1:" in proc.stdout
-    assert proc.stdout.count("finished") == 3
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=env)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    assert out.splitlines()[0].startswith("HyperWatch dashboard: http://127.0.0.1:")  # the URL first
+    for run in ("demo-hyperp-fast-d2", "demo-hyperp-fast-d3", "demo-baseline-fast-d2", "demo-baseline-fast-d3"):
+        assert f"{run} step 16/16 loss " in out and " ETA 0:00" in out, run  # a live line per run
+        log = (tmp_path / "sweeps" / run.rsplit("-", 1)[0] / run / "train.log").read_text()
+        assert f"progress {run} step 8/16 loss" in log and "attention_z" in log  # also in the run's log
+    assert out.count("finished") >= 4
 
     db = f"sqlite:///{tmp_path / 'hyperwatch.db'}"
     app = create_app(Settings(database_url=db, dev_mode=True), registry=CollectorRegistry())
     with TestClient(app) as client:
-        runs = client.get("/api/v1/runs", params={"group": "demo-moe-fast"}).json()
-        assert sorted(r["depth"] for r in runs) == [2, 4, 6]
-        for run in runs:
-            assert run["status"] == "finished", run
-            assert run["optimizer"] == "hyperp_moe" and run["parameterization"] == "hyperp"
-            assert run["total_params"] > run["active_params"] > 0 and run["flops"] > 0
-            assert isinstance(run["summary"]["val_loss"], float)
-            index = client.get(f"/api/v1/runs/{run['id']}/series_index").json()
-            have = {(s["name"], s["layer"]) for s in index}
-            for name in PER_LAYER:
-                assert METRICS[name].per_layer
-                for layer in range(run["depth"]):
-                    assert (name, layer) in have, (run["name"], name, layer)
-            for name in RUN_LEVEL:
-                assert (name, None) in have, (run["name"], name)
-        group_id = runs[0]["group_id"]
-        params = {"group_id": group_id, "name": "attention_z", "layer": 0, "x": "tokens"}
-        compare = client.get("/api/v1/compare", params=params)
-        assert compare.status_code == 200, compare.text
-        series = compare.json()["series"]
-        assert len(series) == 3 and all(len(s["points"]) >= 2 for s in series)
-    check_comparison_page(db, group_id)
+        groups = {g["name"]: g["id"] for g in client.get("/api/v1/groups").json()}
+        verdicts = {}
+        for name in ("demo-hyperp-fast", "demo-baseline-fast"):
+            runs = client.get("/api/v1/runs", params={"group": name}).json()
+            assert sorted(r["depth"] for r in runs) == [2, 3], runs
+            for run in runs:
+                assert run["status"] == "finished" and not run["stale"], run
+                assert run["tokens_seen"] == run["tokens"] > 0
+                have = {(s["name"], s["layer"]) for s in client.get(f"/api/v1/runs/{run['id']}/series_index").json()}
+                for metric in PER_LAYER:
+                    assert all((metric, layer) in have for layer in range(run["depth"])), (run["name"], metric)
+                assert all((metric, None) in have for metric in RUN_LEVEL), run["name"]
+            stab = client.get(f"/api/v1/groups/{groups[name]}/stability").json()
+            assert stab["matched"]["fraction"] == 1.0 and stab["matched"]["reason"] is None
+            verdicts[name] = stab["report"]["indicators"]
+        assert verdicts["demo-hyperp-fast"]["attention_z"]["verdict"] == "transferable", verdicts
+        assert verdicts["demo-baseline-fast"]["attention_z"]["verdict"] == "breaks", verdicts
+        peaks = verdicts["demo-baseline-fast"]["attention_z"]["peak"]["values"]
+        assert peaks[1] > peaks[0] > 1000  # grows with depth, from 22 at step 0
+        assert max(verdicts["demo-hyperp-fast"]["attention_z"]["peak"]["values"]) < 100
+
+        alerts = client.get("/api/v1/alerts", params={"limit": 1000}).json()
+        service = [a for a in alerts if a["source"] == "service" and a["rule"] == "z_spike"]
+        assert service and all(a["run"].startswith("demo-baseline") for a in service), alerts[:3]
+        assert not [a for a in alerts if a["run"].startswith("demo-hyperp")]
+        if alerting_available() is None:
+            prom = [a for a in alerts if a["source"] == "prometheus"]
+            assert any(a["rule"] == "HyperWatchAttentionZSpike" for a in prom), out[-2000:]
+            assert all(a["run"].startswith("demo-baseline") for a in prom)
+        spiky = service[-1]["run_id"]
+    check_pages(db, groups, spiky)
 
 
-def check_comparison_page(db: str, group_id: int) -> None:
-    """The scale-comparison page of the demo's group, in headless Chromium: one line per depth."""
+def _figure(driver: Any, div: str) -> Any:
+    return driver.execute_script(
+        f"const d = document.getElementById('{div}'); "
+        "return d && d.layout ? {n: d.data.length, title: (d.layout.title || {}).text || ''} : null;"
+    )
+
+
+def check_pages(db: str, groups: dict[str, int], spiky: int) -> None:
+    """Every page of the demo's data in headless Chromium: verdicts, the alert marker, screenshots."""
     store = SqlStore(db)
     server, thread, url = serve(store)
+    SHOTS.mkdir(parents=True, exist_ok=True)
     try:
         with chromium() as driver:
-            driver.get(f"{url}/groups/{group_id}")
-            wait_ready(driver)
-            figure = driver.execute_script(
-                "const d = document.getElementById('fig-attention_z'); return d && d.data ? d.data.length : -1;"
-            )
-            legend = driver.execute_script(
-                "return Array.from(document.querySelectorAll('#legend .legend-item')).map(t => t.textContent)"
-            )
-            screenshot(driver, Path("test-artifacts") / "e2e" / "demo-scale-comparison.png")
-            assert console_errors(driver) == []
-        assert figure >= 3, figure
-        assert sorted(x.split(" ")[0] for x in legend) == ["d=2", "d=4", "d=6"], legend  # "d=2 · 165k"
+            titles = {}
+            for name, gid in groups.items():
+                driver.get(f"{url}/groups/{gid}")
+                wait_ready(driver)
+                wait_for(driver, lambda d: _figure(d, "stab-attention_z") is not None)
+                titles[name] = _figure(driver, "stab-attention_z")["title"]
+                screenshot(driver, SHOTS / f"scale-{name}.png")
+                assert console_errors(driver) == []
+            assert "transferable" in titles["demo-hyperp-fast"], titles
+            assert "breaks" in titles["demo-baseline-fast"], titles
+            for page, shot in (
+                ("/runs", "runs.png"),
+                (f"/runs/{spiky}", "run-with-alerts.png"),
+                ("/alerts", "alerts.png"),
+                (f"/groups/{groups['demo-baseline-fast']}/sweeps", "sweeps.png"),
+            ):
+                driver.get(url + page)
+                wait_ready(driver)
+                screenshot(driver, SHOTS / shot)
+                assert console_errors(driver) == [], page
     finally:
         server.should_exit = True
         thread.join(timeout=10)

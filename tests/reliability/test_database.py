@@ -25,10 +25,10 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
+from hyperwatch.app import create_app
 from hyperwatch.hooks.schema import Batch, Point
 from hyperwatch.hooks.sinks import HttpSink, RunInfo
 from hyperwatch.monitor.core.config import Settings
-from hyperwatch.monitor.main import create_app
 from hyperwatch.monitor.store import SqlStore
 from tests.monitor.conftest import PG_ADMIN_URL
 from tests.reliability.support import AUTH, WRITE_TOKEN, Service, stored, upgrade, wait_until

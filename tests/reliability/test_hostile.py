@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, settings
 from prometheus_client import CollectorRegistry
 from sqlalchemy import text
 
+from hyperwatch.app import create_app
 from hyperwatch.monitor.core.config import Settings
-from hyperwatch.monitor.main import create_app
 from hyperwatch.monitor.store import SqlStore, migrate
 from tests.reliability.support import AUTH, WRITE_TOKEN
 

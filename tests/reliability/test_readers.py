@@ -22,11 +22,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from hyperwatch.app import create_app
 from hyperwatch.hooks.schema import SchemaError
 from hyperwatch.hooks.sinks import SinkError
 from hyperwatch.hooks.upload import Uploader, UploadError
 from hyperwatch.monitor.core.config import Settings
-from hyperwatch.monitor.main import create_app
 from hyperwatch.monitor.store import SqlStore, migrate
 from tests.reliability.support import WRITE_TOKEN, free_port
 

@@ -16,8 +16,8 @@ import pytest
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+from hyperwatch.app import create_app
 from hyperwatch.monitor.core.config import Settings
-from hyperwatch.monitor.main import create_app
 from hyperwatch.monitor.store import SqlStore, migrate
 from tests.web.browser import chromium, missing_browser
 from tests.web.seed import seed, seed_sweep, seed_xss

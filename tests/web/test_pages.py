@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
+from hyperwatch.app import create_app
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.core.config import Settings
-from hyperwatch.monitor.main import create_app
 from hyperwatch.monitor.store import SqlStore, migrate
 from hyperwatch.web.router import plotly_js_path
 

@@ -47,16 +47,24 @@
         HW.el("td", {}, HW.el("a", { href: `/runs/${r.id}`, class: "run-name", text: r.name })),
         HW.el("td", { text: r.project }),
         HW.el("td", {}, r.group_id ? HW.el("a", { href: `/groups/${r.group_id}`, text: r.group }) : ""),
-        HW.el("td", {}, HW.el("span", { class: `badge status-${r.status}`, text: r.status })),
+        HW.el("td", {}, r.stale
+          ? HW.el("span", { class: "badge status-stale", title: `marked ${r.status}, but no points lately`, text: "stale" })
+          : HW.el("span", { class: `badge status-${r.status}`, text: r.status })),
         HW.el("td", { class: "num", text: r.depth ?? "" }),
         HW.el("td", { class: "num", text: HW.fmtCount(r.total_params) }),
-        HW.el("td", { class: "num", text: HW.fmtCount(r.tokens) }),
+        HW.el("td", { class: "num", title: r.tokens ? `of ${HW.fmtCount(r.tokens)}` : "",
+          text: HW.fmtCount(r.tokens_seen ?? (r.status === "finished" ? r.tokens : null)) }),
         HW.el("td", { class: "num", text: r.last_step ?? "" }),
         HW.el("td", {}, n ? HW.el("a", { href: `/alerts?run_id=${r.id}`, class: "badge alert", text: String(n) }) : ""),
         HW.el("td", { class: "tags" }, ...(r.tags || []).map((t) => HW.el("span", { class: "tag", text: t }))),
-        HW.el("td", { text: (r.updated_at || "").replace("T", " ").slice(0, 19) }));
+        HW.el("td", { text: (latest(r) || "").replace("T", " ").slice(0, 19) }));
     }));
     HW.status(`${shown.length} of ${runs.length} runs`);
+  }
+
+  /* "Updated": the newest of the run's last point and its last change (points do not touch updated_at). */
+  function latest(r) {
+    return [r.last_point_at, r.updated_at].filter(Boolean).sort().pop();
   }
 
   async function load() {

@@ -18,6 +18,7 @@ from hyperwatch.monitor.schemas import (
     XAxis,
 )
 from hyperwatch.monitor.store.entities import Run, Series
+from hyperwatch.monitor.views import XAxisError, x_values
 
 router = APIRouter(tags=["query"], dependencies=[ReadAuth])
 
@@ -53,35 +54,13 @@ def series(
     return SeriesOut.model_validate(s)
 
 
-def _x_values(run: Run, s: Series, x: str) -> list[ComparePoint]:
-    where = f"run {run.project}/{run.name} (id {run.id})"
-    if x == "step":
-        return [ComparePoint(x=p.step, step=p.step, value=p.value) for p in s.points]
-    if x == "fraction" and run.tokens is None:
-        if run.total_steps is None:
-            raise InvalidInputError(
-                f"x=fraction: {where} has neither tokens nor total_steps; set one with PATCH /api/v1/runs/{run.id}"
-            )
-        return [ComparePoint(x=p.step / run.total_steps, step=p.step, value=p.value) for p in s.points]
-    if x in ("flops", "fraction") and not run.tokens:
-        raise InvalidInputError(
-            f"x={x}: {where} has no tokens (training tokens); set it with PATCH /api/v1/runs/{run.id}"
-        )
-    if x == "flops" and run.flops is None:
-        raise InvalidInputError(f"x=flops: {where} has no flops; set it with PATCH /api/v1/runs/{run.id}")
-    scale = 1.0
-    if x == "flops":
-        assert run.flops is not None and run.tokens
-        scale = run.flops / run.tokens  # training FLOPs per token
-    elif x == "fraction":
-        assert run.tokens
-        scale = 1.0 / run.tokens
-    pts = [ComparePoint(x=p.tokens * scale, step=p.step, value=p.value) for p in s.points if p.tokens is not None]
-    if s.points and not pts:
-        raise InvalidInputError(
-            f"x={x}: the points of {where} carry no tokens; send tokens with each point or use x=step"
-        )
-    return pts
+def _x_values(run: Run, s: Series, x: XAxis) -> list[ComparePoint]:
+    """The points on axis ``x`` by the one rule the pages use too (:func:`monitor.views.x_values`)."""
+    try:
+        xs = x_values(run, [p.step for p in s.points], [p.tokens for p in s.points], x)
+    except XAxisError as exc:
+        raise InvalidInputError(f"{exc} (PATCH /api/v1/runs/{run.id})") from exc
+    return [ComparePoint(x=v, step=p.step, value=p.value) for v, p in zip(xs, s.points, strict=True) if v is not None]
 
 
 @router.get("/compare", response_model=CompareOut, summary="Many runs' series on one x-axis")

@@ -4,27 +4,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 from pydantic import ValidationError
 
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
 from hyperwatch.monitor.schemas import RunCreate, RunOut, RunUpdate, SeriesInfoOut, Status
-from hyperwatch.monitor.store.entities import Run
+from hyperwatch.monitor.views import run_view
 
 router = APIRouter(tags=["runs"])
 log = logging.getLogger(__name__)
 
 
-def runs_out(runs: Iterable[Run]) -> list[RunOut]:
+def runs_out(runs: Iterable[dict[str, Any]]) -> list[RunOut]:
     """Each run the response model accepts; one that fails is left out and logged, never a 500 for the list."""
     out = []
     for run in runs:
         try:
             out.append(RunOut.model_validate(run))
         except ValidationError as exc:
-            log.warning("run id %s cannot be sent (%s); left out of the list", run.id, exc)
+            log.warning("run id %s cannot be sent (%s); left out of the list", run.get("id"), exc)
     return out
 
 
@@ -56,12 +56,12 @@ def list_runs(
 ) -> list[RunOut]:
     limit = min(limit, settings.max_page_size)
     runs = store.list_runs(project, group, tag or (), status, limit, offset)
-    return runs_out(runs)
+    return runs_out(run_view(r, settings.stale_after_s) for r in runs)
 
 
 @router.get("/runs/{run_id}", response_model=RunOut, dependencies=[ReadAuth], summary="One run")
-def get_run(run_id: int, store: StoreDep) -> RunOut:
-    return RunOut.model_validate(store.get_run(run_id))
+def get_run(run_id: int, store: StoreDep, settings: SettingsDep) -> RunOut:
+    return RunOut.model_validate(run_view(store.get_run(run_id), settings.stale_after_s))
 
 
 @router.patch("/runs/{run_id}", response_model=RunOut, dependencies=[WriteAuth], summary="Update a run")

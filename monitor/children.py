@@ -1,0 +1,320 @@
+"""Child processes the demo, the benchmarks and the tests start: the service, Prometheus, Alertmanager.
+
+One helper per kind, written once: :class:`ServiceProcess` (``hyperwatch serve`` on a free
+localhost port, schema upgraded first, waited for on ``/readyz``) and :class:`AlertingStack`
+(Debian's ``/usr/bin/prometheus`` and ``/usr/bin/prometheus-alertmanager`` with configuration
+generated into a temporary folder: Prometheus scrapes the service and evaluates
+``prometheus/rules.yml``; Alertmanager delivers what fires to the service's webhook
+``POST /api/v1/alerts/prometheus``). Everything binds to 127.0.0.1 and is stopped on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parent.parent
+RULES = REPO / "prometheus" / "rules.yml"
+
+
+class ChildProcessError(RuntimeError):
+    """A child process could not be started or did not become ready; the message says which and why."""
+
+
+def free_port(host: str = "127.0.0.1", preferred: int = 0) -> int:
+    """``preferred`` when it is free (0: none preferred), else any free port on ``host``."""
+    for port in dict.fromkeys((preferred, 0)):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise OSError(f"no free port on {host}")
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float = 60.0) -> None:
+    """Wait until ``url`` answers 200, failing at once (with the exit code) if ``proc`` exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ChildProcessError(f"{what} exited with code {proc.returncode} before it was ready")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as resp:
+            if resp.status == 200:
+                return
+        time.sleep(0.1)
+    raise ChildProcessError(f"{what} was not ready at {url} after {timeout:.0f} s")
+
+
+def stop(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
+    """Terminate politely (SIGTERM), then kill; a no-op for a process that already exited."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
+
+
+def python_env(**extra: str) -> dict[str, str]:
+    """This interpreter's environment with this checkout importable (children import the same code)."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{path}" if path else str(REPO), **extra}
+
+
+class ServiceProcess:
+    """``hyperwatch serve`` as a child process; a context manager that yields itself, ready.
+
+    ``upgrade`` runs ``hyperwatch db upgrade`` first (a fresh database is created). ``log_path``
+    receives the service's output (else it is discarded). ``env`` adds environment variables
+    (``HYPERWATCH_WRITE_TOKEN``...). ``dev`` passes ``--dev`` (no token needed on localhost).
+    """
+
+    def __init__(
+        self,
+        db_url: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_path: Path | None = None,
+        dev: bool = True,
+        upgrade: bool = True,
+        extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        self.db_url, self.host, self.dev, self.upgrade = db_url, host, dev, upgrade
+        self.port = free_port(host, port)
+        self.log_path, self.extra_args, self.env, self.timeout = log_path, extra_args, env or {}, timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._out: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> ServiceProcess:
+        hw = [sys.executable, "-m", "hyperwatch"]
+        env = python_env(**self.env)
+        if self.upgrade:
+            done = subprocess.run(
+                [*hw, "db", "upgrade", "--db", self.db_url], capture_output=True, text=True, env=env, check=False
+            )
+            if done.returncode != 0:
+                raise ChildProcessError(f"'hyperwatch db upgrade' failed: {done.stderr.strip()[-500:]}")
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._out = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the service
+        cmd = [*hw, "serve", "--db", self.db_url, "--host", self.host, "--port", str(self.port)]
+        cmd += ["--dev"] if self.dev else []
+        self.proc = subprocess.Popen(
+            [*cmd, *self.extra_args],
+            stdout=self._out or subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # Ctrl-C in the terminal stops the runs, which still report to it
+        )
+        wait_http(f"{self.url}/readyz", self.proc, "hyperwatch serve", self.timeout)
+        return self
+
+    def stop(self) -> None:
+        stop(self.proc)
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+
+    def __enter__(self) -> ServiceProcess:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+PROMETHEUS_BIN = "/usr/bin/prometheus"
+ALERTMANAGER_BIN = "/usr/bin/prometheus-alertmanager"
+
+
+def _binary(name: str, default: str) -> str:
+    return shutil.which(name) or default
+
+
+def alerting_available() -> str | None:
+    """None when Prometheus, Alertmanager and the rules are all here; else what is missing."""
+    binaries = (_binary("prometheus", PROMETHEUS_BIN), _binary("prometheus-alertmanager", ALERTMANAGER_BIN))
+    missing = [p for p in binaries if not os.access(p, os.X_OK)]
+    if missing:
+        return f"not installed: {', '.join(missing)} (scripts/system-deps.sh installs them)"
+    if not RULES.is_file():
+        return f"{RULES} is missing"
+    return None
+
+
+def fast_rules(rules: str, window: str = "60s", offset: str = "10s", for_: str = "0s") -> str:
+    """``prometheus/rules.yml`` with its time scales shortened for a demo or a test, nothing else.
+
+    The production rules compare the latest value with the 30 minutes ending 5 minutes ago and
+    require 1 minute of firing; a two-minute demo run needs seconds: the baseline is the minute
+    ending 10 s ago (a blow-up that takes 10-20 s on a CPU is then judged against the calm before
+    it, not against its own rise) and an alert fires at the first evaluation. The expressions,
+    thresholds and labels stay those of the file, so what fires here is what fires in
+    production, sooner.
+    """
+    out = re.sub(r"\[30m\] offset 5m", f"[{window}] offset {offset}", rules)
+    return re.sub(r"(?m)^(\s+)for: \S+$", rf"\g<1>for: {for_}", out)
+
+
+class AlertingStack:
+    """Prometheus and Alertmanager as child processes wired to a running service at ``service_url``.
+
+    Prometheus scrapes ``service_url/metrics`` every ``interval`` and evaluates the (shortened,
+    see :func:`fast_rules`) rules as often; Alertmanager groups by (alertname, project, run) and
+    posts to ``service_url/api/v1/alerts/prometheus`` within about a second of an alert firing.
+    """
+
+    def __init__(
+        self, service_url: str, *, interval: str = "1s", token: str | None = None, log_dir: Path | None = None
+    ):
+        self.service_url = service_url.rstrip("/")
+        self.interval, self.token = interval, token
+        self.dir = Path(tempfile.mkdtemp(prefix="hyperwatch-alerting-"))
+        self.log_dir = log_dir or self.dir
+        self.prom_port, self.am_port = free_port(), free_port()
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._logs: list[IO[bytes]] = []
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.prom_port}"
+
+    @property
+    def alertmanager_url(self) -> str:
+        return f"http://127.0.0.1:{self.am_port}"
+
+    def _write_configs(self) -> tuple[Path, Path]:
+        target = self.service_url.split("://", 1)[1]
+        auth = f"\n    authorization:\n      credentials: {self.token}" if self.token else ""
+        (self.dir / "rules.yml").write_text(fast_rules(RULES.read_text()))
+        prom = self.dir / "prometheus.yml"
+        prom.write_text(
+            f"global:\n  scrape_interval: {self.interval}\n  evaluation_interval: {self.interval}\n"
+            f"rule_files:\n  - {self.dir / 'rules.yml'}\n"
+            f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['127.0.0.1:{self.am_port}']\n"
+            f"scrape_configs:\n  - job_name: hyperwatch\n    metrics_path: /metrics\n"
+            f"    static_configs:\n      - targets: ['{target}']{auth}\n"
+        )
+        hook_auth = (
+            f"\n        http_config:\n          authorization:\n            credentials: {self.token}"
+            if self.token
+            else ""
+        )
+        am = self.dir / "alertmanager.yml"
+        am.write_text(
+            "route:\n  receiver: hyperwatch\n  group_by: [alertname, project, run]\n"
+            "  group_wait: 1s\n  group_interval: 5s\n  repeat_interval: 1h\n"
+            "receivers:\n  - name: hyperwatch\n    webhook_configs:\n"
+            f"      - url: {self.service_url}/api/v1/alerts/prometheus\n        send_resolved: false{hook_auth}\n"
+        )
+        return prom, am
+
+    def _spawn(self, cmd: list[str], name: str) -> subprocess.Popen[bytes]:
+        out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        self._logs.append(out)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.dir, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def start(self) -> AlertingStack:
+        missing = alerting_available()
+        if missing:
+            raise ChildProcessError(f"Prometheus and Alertmanager cannot start: {missing}")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        prom_cfg, am_cfg = self._write_configs()
+        am = self._spawn(
+            [
+                _binary("prometheus-alertmanager", ALERTMANAGER_BIN),
+                f"--config.file={am_cfg}",
+                f"--storage.path={self.dir / 'am-data'}",
+                f"--web.listen-address=127.0.0.1:{self.am_port}",
+                "--cluster.listen-address=",  # no gossip port: a single local instance
+            ],
+            "alertmanager",
+        )
+        prom = self._spawn(
+            [
+                _binary("prometheus", PROMETHEUS_BIN),
+                f"--config.file={prom_cfg}",
+                f"--storage.tsdb.path={self.dir / 'prom-data'}",
+                f"--web.listen-address=127.0.0.1:{self.prom_port}",
+            ],
+            "prometheus",
+        )
+        wait_http(f"{self.alertmanager_url}/-/ready", am, "prometheus-alertmanager")
+        wait_http(f"{self.prometheus_url}/-/ready", prom, "prometheus")
+        return self
+
+    def firing(self) -> list[str]:
+        """Names of the alerts Prometheus has firing now (empty if it cannot be asked)."""
+        import json
+
+        try:
+            with urllib.request.urlopen(f"{self.prometheus_url}/api/v1/alerts", timeout=2) as resp:
+                data = json.loads(resp.read())
+        except (OSError, ValueError):
+            return []
+        return [a["labels"].get("alertname", "") for a in data["data"]["alerts"] if a.get("state") == "firing"]
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            stop(proc)
+        for f in self._logs:
+            f.close()
+        self.procs.clear()
+        self._logs.clear()
+        shutil.rmtree(self.dir / "prom-data", ignore_errors=True)
+        shutil.rmtree(self.dir / "am-data", ignore_errors=True)
+
+    def __enter__(self) -> AlertingStack:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+__all__ = [
+    "AlertingStack",
+    "ChildProcessError",
+    "ServiceProcess",
+    "alerting_available",
+    "fast_rules",
+    "free_port",
+    "stop",
+    "wait_http",
+]

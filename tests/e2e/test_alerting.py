@@ -1,0 +1,102 @@
+"""Real Prometheus and Alertmanager in the loop: an attention-Z spike fires and arrives as an alert.
+
+The service, ``/usr/bin/prometheus`` and ``/usr/bin/prometheus-alertmanager`` run as child
+processes on free localhost ports (monitor/children.py). Prometheus scrapes the service every
+second and evaluates prometheus/rules.yml with its time scales shortened (``fast_rules``: the
+baseline is the minute ending 10 s ago, ``for: 0s``; the expressions and thresholds are the
+production ones); Alertmanager posts the firing alert to ``POST /api/v1/alerts/prometheus``; the
+test reads it back from ``GET /api/v1/alerts`` as an alert of source "prometheus".
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hyperwatch.monitor.children import RULES, AlertingStack, ServiceProcess, alerting_available, fast_rules
+
+pytestmark = pytest.mark.skipif(
+    alerting_available() is not None and __import__("os").environ.get("CI") != "true",
+    reason=f"{alerting_available()}",
+)
+
+
+def post_points(base: str, run: str, step: int, value: float) -> None:
+    points = [
+        {"name": "attention_z", "layer": layer, "step": step, "tokens": 1024 * (step + 1), "value": value}
+        for layer in range(2)
+    ]
+    body = {"batch_id": uuid.uuid4().hex, "run": run, "points": points}
+    resp = httpx.post(f"{base}/api/v1/points", json=body, timeout=10)
+    assert resp.status_code in (200, 201), resp.text
+
+
+def test_fast_rules_keep_the_expressions_and_shorten_only_time() -> None:
+    prod = RULES.read_text()
+    fast = fast_rules(prod)
+    assert "[30m] offset 5m" in prod and "[30m] offset 5m" not in fast
+    assert "[60s] offset 10s" in fast and "for: 1m" not in fast and "for: 0s" in fast
+    strip = [line for line in fast.splitlines() if "offset" not in line and "for:" not in line]
+    assert strip == [line for line in prod.splitlines() if "offset" not in line and "for:" not in line]
+
+
+def test_attention_z_spike_reaches_the_service_through_alertmanager(tmp_path: Path) -> None:
+    with ServiceProcess(f"sqlite:///{tmp_path / 'hw.db'}", log_path=tmp_path / "service.log") as svc:
+        base = svc.url
+        resp = httpx.post(f"{base}/api/v1/runs", json={"name": "spiky", "status": "running", "depth": 2}, timeout=10)
+        assert resp.status_code == 201, resp.text
+        with AlertingStack(base, log_dir=tmp_path / "alerting") as stack:
+            step = 0
+            calm_until = time.monotonic() + 14  # > offset + a few scrapes: a calm baseline exists
+            while time.monotonic() < calm_until:
+                post_points(base, "spiky", step, 20.0 + 0.1 * (step % 3))
+                step += 1
+                time.sleep(0.5)
+            post_points(base, "spiky", step, 5000.0)  # the spike: >= 100, far above 6 x IQR, > 1.5 x median
+            deadline = time.monotonic() + 60
+            found: list[dict[str, object]] = []
+            while time.monotonic() < deadline and not found:
+                alerts = httpx.get(f"{base}/api/v1/alerts", params={"limit": 100}, timeout=10).json()
+                found = [a for a in alerts if a["source"] == "prometheus"]
+                if not found:
+                    time.sleep(1)
+            log = (tmp_path / "alerting" / "prometheus.log").read_text()[-2000:]
+            assert found, f"no alert from Alertmanager; Prometheus firing: {stack.firing()}; log: {log}"
+    alert = found[0]
+    assert alert["rule"] == "HyperWatchAttentionZSpike"
+    assert alert["run"] == "spiky" and alert["name"] == "attention_z"
+    assert alert["value"] == 5000.0 and alert["step"] == step
+    assert "Prometheus HyperWatchAttentionZSpike" in str(alert["message"])
+
+
+def test_webhook_stores_firing_alerts_of_known_runs_only(tmp_path: Path) -> None:
+    with ServiceProcess(f"sqlite:///{tmp_path / 'hw.db'}") as svc:
+        base = svc.url
+        httpx.post(f"{base}/api/v1/runs", json={"name": "r1"}, timeout=10).raise_for_status()
+        post_points(base, "r1", 3, 321.0)
+        body = {
+            "version": "4",
+            "status": "firing",
+            "alerts": [
+                {"status": "firing", "labels": {"alertname": "HyperWatchAttentionZSpike", "project": "default",
+                                                "run": "r1", "severity": "warning"}},
+                {"status": "resolved", "labels": {"alertname": "HyperWatchAttentionZSpike", "run": "r1"}},
+                {"status": "firing", "labels": {"alertname": "HyperWatchNaNLoss", "run": "nobody"}},
+                {"status": "firing", "labels": {"alertname": "HyperWatchNaNLoss"}},
+            ],
+        }  # fmt: skip
+        first = httpx.post(f"{base}/api/v1/alerts/prometheus", json=body, timeout=10).json()
+        again = httpx.post(f"{base}/api/v1/alerts/prometheus", json=body, timeout=10).json()
+        alerts = httpx.get(f"{base}/api/v1/alerts", timeout=10).json()
+        bad = httpx.post(f"{base}/api/v1/alerts/prometheus", json={"alerts": "x"}, timeout=10)
+    assert first["stored"] == 1 and again["stored"] == 0  # Alertmanager repeats: stored once
+    assert len(first["ignored"]) == 3
+    assert any("no run default/nobody" in why for why in first["ignored"])
+    assert any("no 'run' label" in why for why in first["ignored"])
+    [alert] = [a for a in alerts if a["source"] == "prometheus"]
+    assert (alert["rule"], alert["step"], alert["value"]) == ("HyperWatchAttentionZSpike", 3, 321.0)
+    assert bad.status_code == 422 and "alerts" in bad.text
