@@ -151,3 +151,14 @@ def test_grouped_cuda_forward_and_backward_without_host_sync() -> None:
     with torch.autocast("cuda", dtype=torch.bfloat16):
         ref = loop(x)
     torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=2e-2 * float(ref.abs().max()))
+
+
+def test_grouped_moe_compiles_as_one_graph_with_its_backward() -> None:
+    """fullgraph=True fails on any graph break (a .tolist(), a data-dependent shape): the loop has one."""
+    loop, grouped = _pair()
+    grouped, loop = grouped.to(torch.bfloat16), loop.to(torch.bfloat16)
+    x = torch.randn(2, 8, grouped.router.in_features, dtype=torch.bfloat16)
+    out = torch.compile(grouped, fullgraph=True, backend="aot_eager")(x)
+    out.float().square().sum().backward()
+    assert grouped.experts.w1.grad is not None and grouped.router.weight.grad is not None
+    torch.testing.assert_close(out.float(), loop(x).float(), rtol=2e-2, atol=2e-2)
