@@ -82,3 +82,12 @@ def test_fsdp_checkpoint_resumes_to_the_same_run(
     resumed = _run(2, tmp_path, corpus_cache, "run@2", parallel, 4, True)
     assert resumed["resumed_from"] == 2 and resumed["sharded"] is (parallel == "fsdp")
     _assert_same_training(resumed, single)
+
+
+def test_parallel_option_is_checked_by_name() -> None:
+    from hyperwatch.trainer.config import ConfigError, load_config
+
+    assert load_config(None, ["--preset", "tiny", "--train.parallel", "fsdp"]).train.parallel == "fsdp"
+    assert load_config(None, ["--preset", "tiny"]).train.compile is True  # on by default (CUDA only)
+    with pytest.raises(ConfigError, match=r"TrainConfig\.parallel.*fsdp"):
+        load_config(None, ["--preset", "tiny", "--train.parallel", "zero3"])
