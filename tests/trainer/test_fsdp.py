@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -63,19 +64,30 @@ def test_fsdp_ranks_train_as_one_process(
     _assert_same_training(got, single)
 
 
-def test_fsdp_checkpoint_resumes_to_the_same_run(single: dict[str, Any], tmp_path: Path, corpus_cache: Path) -> None:
-    first = _run(2, tmp_path, corpus_cache, "run", "fsdp", 2, False)
+@pytest.fixture(scope="module")
+def half_run(tmp_path_factory: pytest.TempPathFactory, corpus_cache: Path) -> Path:
+    """The first 2 of 4 steps under 2 FSDP ranks; its out_dir holds the checkpoint."""
+    tmp = tmp_path_factory.mktemp("half")
+    first = _run(2, tmp, corpus_cache, "run", "fsdp", 2, False)
     assert len(first["losses"]) == 2
-    resumed = _run(2, tmp_path, corpus_cache, "run@2", "fsdp", 4, True)
-    assert resumed["resumed_from"] == 2
-    _assert_same_training(resumed, single)
+    return tmp / "run"
 
 
-def test_fsdp_checkpoint_is_whole_tensors_and_resumes_without_sharding(
-    single: dict[str, Any], tmp_path: Path, corpus_cache: Path
+@pytest.mark.parametrize("parallel", ["fsdp", "ddp"])
+def test_fsdp_checkpoint_resumes_to_the_same_run(
+    parallel: str, half_run: Path, single: dict[str, Any], tmp_path: Path, corpus_cache: Path
 ) -> None:
-    """A checkpoint written by 2 FSDP ranks holds whole tensors; 2 DDP ranks continue it."""
-    _run(2, tmp_path, corpus_cache, "mix", "fsdp", 2, False)
-    resumed = _run(2, tmp_path, corpus_cache, "mix@ddp", "ddp", 4, True)
-    assert resumed["sharded"] is False and resumed["resumed_from"] == 2
+    """2 FSDP ranks continue the checkpoint; so do 2 DDP ranks (the file holds whole tensors)."""
+    shutil.copytree(half_run, tmp_path / "run")
+    resumed = _run(2, tmp_path, corpus_cache, "run@2", parallel, 4, True)
+    assert resumed["resumed_from"] == 2 and resumed["sharded"] is (parallel == "fsdp")
     _assert_same_training(resumed, single)
+
+
+def test_parallel_option_is_checked_by_name() -> None:
+    from hyperwatch.trainer.config import ConfigError, load_config
+
+    assert load_config(None, ["--preset", "tiny", "--train.parallel", "fsdp"]).train.parallel == "fsdp"
+    assert load_config(None, ["--preset", "tiny"]).train.compile is True  # on by default (CUDA only)
+    with pytest.raises(ConfigError, match=r"TrainConfig\.parallel.*fsdp"):
+        load_config(None, ["--preset", "tiny", "--train.parallel", "zero3"])

@@ -151,3 +151,25 @@ def test_grouped_cuda_forward_and_backward_without_host_sync() -> None:
     with torch.autocast("cuda", dtype=torch.bfloat16):
         ref = loop(x)
     torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=2e-2 * float(ref.abs().max()))
+
+
+def test_grouped_moe_compiles_as_one_graph_with_its_backward() -> None:
+    """fullgraph=True fails on any graph break (a .tolist(), a data-dependent shape): the loop has one."""
+    loop, grouped = _pair()
+    grouped, loop = grouped.to(torch.bfloat16), loop.to(torch.bfloat16)
+    x = torch.randn(2, 8, grouped.router.in_features, dtype=torch.bfloat16)
+    out = torch.compile(grouped, fullgraph=True, backend="aot_eager")(x)
+    out.float().square().sum().backward()
+    assert grouped.experts.w1.grad is not None and grouped.router.weight.grad is not None
+    torch.testing.assert_close(out.float(), loop(x).float(), rtol=2e-2, atol=2e-2)
+
+
+def test_moe_transformer_traces_as_one_graph_under_bf16_autocast() -> None:
+    """The whole MoE model, aux-loss collector included, is one dynamo graph with no break."""
+    cfg = tiny_model_config(moe=True, moe_sparsity=2, moe_granularity=4, expert_kernel="grouped")
+    model = Transformer(cfg)
+    idx = torch.randint(0, cfg.vocab_size, (2, 16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        explained = torch._dynamo.explain(model)(idx, idx)
+    assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
+    assert explained.graph_count == 1
