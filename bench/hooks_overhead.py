@@ -15,7 +15,7 @@ shared machine) and by wall time. ``--control`` runs plain against plain (the no
 
 Targets on CPU (issue #3): <= 1.03x at every=1 and <= 1.01x at every=10.
 
-    python bench/hooks_overhead.py [--models dense,moe,llama] [--every 1,10] [--depth 2]
+    python bench/hooks_overhead.py [--models dense,moe,llama,torch] [--every 1,10] [--depth 2]
         [--rounds 20] [--block 10] [--threads 1] [--batch 8] [--seq 256] [--control] [--profile]
 
 ``--profile`` instead reports where the hooked step's extra time goes at every=1: the CPU time
@@ -101,6 +101,37 @@ def hf_llama(depth: int, seq: int, device: str) -> Trainee:
 
     def loss(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return m(input_ids=x, labels=x).loss  # type: ignore[no-any-return]
+
+    return Trainee(model, _optimizers(model, depth, width), loss)
+
+
+def torch_encoder(depth: int, seq: int, device: str) -> Trainee:
+    """The tiny preset's shape (width 32d, 2d heads, MLP 4w) from PyTorch's own nn.TransformerEncoderLayer
+    (pre-norm, batch_first, causal mask): attention Z recomputed from nn.MultiheadAttention's projections."""
+    width = 32 * depth
+
+    class CausalLM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(VOCAB, width)
+            layer = nn.TransformerEncoderLayer(width, 2 * depth, 4 * width, 0.0, batch_first=True, norm_first=True)
+            self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+            self.head = nn.Linear(width, VOCAB, bias=False)
+            self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq), persistent=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.encoder(self.embed(x), mask=self.mask[: x.shape[1], : x.shape[1]], is_causal=True)
+            return nn.functional.cross_entropy(self.head(h)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+
+        def parameter_roles(self) -> dict[str, str]:
+            roles = {n: "hidden" if p.ndim >= 2 else "vector" for n, p in self.named_parameters()}
+            return {**roles, "embed.weight": "embedding", "head.weight": "head"}
+
+    torch.manual_seed(0)
+    model = CausalLM().to(device)
+
+    def loss(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return m(x)  # type: ignore[no-any-return]
 
     return Trainee(model, _optimizers(model, depth, width), loss)
 
@@ -289,7 +320,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (pinned)")
     ap.add_argument("--batch", type=int, default=8, help="sequences per micro-batch")
     ap.add_argument("--seq", type=int, default=256, help="tokens per sequence")
-    ap.add_argument("--models", default="dense,moe,llama", help="comma list of dense, moe, llama")
+    ap.add_argument("--models", default="dense,moe,llama", help="comma list of dense, moe, llama, torch")
     ap.add_argument("--every", default="1,10", help="comma list of logging intervals")
     ap.add_argument("--profile", action="store_true", help="time the hooks' functions instead (every=1)")
     ap.add_argument("--control", action="store_true", help="plain against plain: the bench's noise floor")
@@ -304,8 +335,9 @@ def main() -> None:
         "dense": lambda: bundled(args.depth, False, args.seq, args.device),
         "moe": lambda: bundled(args.depth, True, args.seq, args.device),
         "llama": lambda: hf_llama(args.depth, args.seq, args.device),
+        "torch": lambda: torch_encoder(args.depth, args.seq, args.device),
     }
-    labels = {"dense": "bundled dense", "moe": "bundled moe", "llama": "hf llama sdpa"}
+    labels = {"dense": "bundled dense", "moe": "bundled moe", "llama": "hf llama sdpa", "torch": "torch encoder"}
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     for n in names:
         if n not in builders:

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hyperwatch import hooks
+from hyperwatch.hooks import mha as mha_module
 from hyperwatch.hooks.adapters import AdapterError, discover
 
 E, H, FF, B, L, S = 64, 4, 96, 2, 7, 5
@@ -156,17 +157,24 @@ def test_every_indicator_of_every_layer_matches_a_naive_reference(
     assert "recomputed" in sink.runs[0].config["_hyperwatch"]["attention_z_source"]
 
 
-def test_padding_masks_and_boolean_masks_follow_multihead_attention_semantics() -> None:
-    """Boolean masks are True where attention is NOT allowed (the opposite of SDPA)."""
+@pytest.mark.parametrize("path", ["cpu flash kernel", "chunked scores (CUDA, autocast)"])
+@pytest.mark.parametrize("padded", [True, False])
+def test_padding_masks_and_boolean_masks_follow_multihead_attention_semantics(
+    path: str, padded: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Boolean masks are True where attention is NOT allowed (the opposite of SDPA); both ways to
+    the LSE agree with the naive scores (the fallback is what runs where the CPU kernel cannot)."""
+    if path.startswith("chunked"):
+        monkeypatch.setattr(mha_module, "cpu_flash_with_lse", lambda a: None)
     torch.manual_seed(1)
     layer = nn.TransformerEncoderLayer(E, H, FF, dropout=0.0, batch_first=True)
     x = torch.randn(B, L, E)
     pad = torch.zeros(B, L, dtype=torch.bool)
-    pad[0, -3:] = True  # the last three keys of sample 0 are padding
+    pad[0, -3:] = padded  # the last three keys of sample 0 are padding (or nothing is)
     bool_causal = torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)
     sink = hooks.MemorySink()
     mon = hooks.attach(layer, run="masks", sink=sink, every=1)
-    layer(x, src_mask=bool_causal, src_key_padding_mask=pad).sum().backward()
+    layer(x, src_mask=bool_causal, src_key_padding_mask=pad if padded else None).sum().backward()
     mon.step(0)
     mon.close()
     additive = causal(L).expand(B, 1, L, L) + torch.zeros(B, 1, 1, L).masked_fill(pad[:, None, None, :], -math.inf)
@@ -176,6 +184,8 @@ def test_padding_masks_and_boolean_masks_follow_multihead_attention_semantics() 
     got = per_layer(sink)[0]
     assert got["attention_z"] == pytest.approx(want["attention_z"], rel=1e-4)
     assert got["attention_rms"] == pytest.approx(want["attention_rms"], rel=1e-4)
+    assert mha_module._is_causal_mask(bool_causal) and mha_module._is_causal_mask(causal(L))
+    assert not mha_module._is_causal_mask(causal(L).T) and not mha_module._is_causal_mask(~bool_causal)
 
 
 def test_full_nn_transformer_numbers_encoder_then_decoder_layers() -> None:
