@@ -74,7 +74,7 @@ def live(tmp_path: Path) -> Iterator[str]:
     from prometheus_client import CollectorRegistry
 
     from hyperwatch.monitor.core.config import Settings
-    from hyperwatch.monitor.main import create_app
+    from hyperwatch.app import create_app
     from hyperwatch.monitor.store import SqlStore, migrate
 
     url = f"sqlite:///{tmp_path}/hyperwatch.db"
