@@ -73,8 +73,8 @@ def train(mon: hooks.Monitor, model: nn.Module, steps: int = 2) -> None:
 def live(tmp_path: Path) -> Iterator[str]:
     from prometheus_client import CollectorRegistry
 
-    from hyperwatch.monitor.core.config import Settings
     from hyperwatch.app import create_app
+    from hyperwatch.monitor.core.config import Settings
     from hyperwatch.monitor.store import SqlStore, migrate
 
     url = f"sqlite:///{tmp_path}/hyperwatch.db"
