@@ -27,6 +27,7 @@ from hyperwatch.monitor.views import (
     aggregate_series,
     group_records,
     group_runs,
+    layer_matrix,
     match_runs,
     stability_values,
     truncate,
@@ -197,7 +198,7 @@ def run_indicator(
         line_fig = run_line_figure(run, name, lines, alerts, x, gl)
         heat = None
         if per_layer:
-            m = store.layer_matrix(run.id, name, min(buckets, 300), None, None)
+            m = layer_matrix(store, run, name, min(buckets, 300))
             heat = heatmap_figure(run, m, x_values(run, m.bucket_starts, tmap.at(m.bucket_starts), x), x)
     except XAxisError as exc:
         raise InvalidInputError(str(exc)) from exc
