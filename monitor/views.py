@@ -301,17 +301,20 @@ def stability_records(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Matching]:
     """Records for :func:`stability_verdict`: each run's aggregated line per indicator it has, cut at
     the matched fraction of training (see :func:`match_runs`); runs left out are in ``skipped``."""
-    records, skipped = [], []
+    records: list[dict[str, Any]] = []
     matching = match_runs(runs)
-    skipped += matching.pending
+    skipped: list[dict[str, Any]] = list(matching.pending)
     if matching.reason is not None:
         return [], skipped, matching
+    pending = {p["run_id"] for p in matching.pending}
     for run in runs:
-        if run.id not in matching.cutoff:
-            continue
         size = scale_of(run, scale)
         if size is None:
             skipped.append({"run": run.name, "run_id": run.id, "reason": f"no {scale}; set it on the run"})
+            continue
+        if run.id not in matching.cutoff:
+            if run.id not in pending:
+                skipped.append({"run": run.name, "run_id": run.id, "reason": "no points yet"})
             continue
         latest = store.list_series(run.id)
         have = {s.name for s in latest}
