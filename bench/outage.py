@@ -13,17 +13,12 @@ costs the training loop nothing.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,25 +26,23 @@ sys.path.insert(0, str(REPO))
 
 from hyperwatch import hooks  # noqa: E402
 from hyperwatch.hooks.sinks import HttpSink  # noqa: E402
+from hyperwatch.monitor.children import ServiceProcess  # noqa: E402
 from hyperwatch.monitor.store import SqlStore, migrate  # noqa: E402
 from hyperwatch.trainer.model import ModelConfig, Transformer  # noqa: E402
 
 TOKEN = "bench-outage-token-0123456789"
 
 
-def start(db: str, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "HYPERWATCH_WRITE_TOKEN": TOKEN, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "hyperwatch", "serve", "--db", db, "--port", str(port), "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("hyperwatch serve did not start")
+def service(db: str) -> ServiceProcess:
+    """The service as a child process (the shared helper), write token set, ready on /healthz."""
+    return ServiceProcess(
+        db,
+        dev=False,
+        upgrade=False,
+        extra_args=("--log-level", "warning"),
+        env={"HYPERWATCH_WRITE_TOKEN": TOKEN},
+        ready_path="/healthz",
+    )
 
 
 def main() -> int:
@@ -69,19 +62,10 @@ def main() -> int:
         store = SqlStore(db)
         migrate.upgrade(store.engine)
         store.close()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        proc = start(db, port)
-        try:
-            run_phases(args.steps, model, opt, x, db, port, Path(tmp), proc)
-        finally:
-            if PROCS and PROCS[-1].poll() is None:
-                PROCS[-1].kill()
+        svc = service(db)
+        with svc:
+            run_phases(args.steps, model, opt, x, svc, Path(tmp))
     return 0
-
-
-PROCS: list[subprocess.Popen[bytes]] = []  # the service processes started, to kill on any error
 
 
 def run_phases(
@@ -89,13 +73,10 @@ def run_phases(
     model: torch.nn.Module,
     opt: torch.optim.Optimizer,
     x: torch.Tensor,
-    db: str,
-    port: int,
+    svc: ServiceProcess,
     tmp: Path,
-    proc: subprocess.Popen[bytes],
 ) -> None:
-    PROCS.append(proc)
-    sink = HttpSink(f"http://127.0.0.1:{port}", token=TOKEN, spool=tmp / "spool", close_timeout=120)
+    sink = HttpSink(svc.url, token=TOKEN, spool=tmp / "spool", close_timeout=120)
     mon = hooks.attach(model, run="outage-bench", sink=sink, every=1)
     step = 0
 
@@ -116,16 +97,13 @@ def run_phases(
 
     phase(20)  # warm-up
     up = phase(steps)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    svc.kill()  # SIGKILL: the service is gone mid-run
     down = phase(steps)
     spooled = len(list((tmp / "spool" / "outage-bench" / "pending").glob("*.json")))
-    proc = start(db, port)
-    PROCS.append(proc)
+    svc.start()  # same port, same database
     back = phase(steps)
     mon.close()
-    proc.terminate()
-    proc.wait(15)
+    svc.stop()
     m_up, m_down, m_back = (statistics.median(t) * 1000 for t in (up, down, back))
     print(f"outage step time (median, ms): down/up ratio {m_down / m_up:.3f} (down {m_down:.2f}, up {m_up:.2f})")
     print(f"outage step time (median, ms): after-restart/up ratio {m_back / m_up:.3f} ({m_back:.2f} vs {m_up:.2f})")

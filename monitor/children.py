@@ -72,10 +72,15 @@ def stop(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
         proc.wait(timeout)
 
 
-def python_env(**extra: str) -> dict[str, str]:
-    """This interpreter's environment with this checkout importable (children import the same code)."""
-    path = os.environ.get("PYTHONPATH", "")
-    return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{path}" if path else str(REPO), **extra}
+def python_env(*, keep_hyperwatch: bool = True, **extra: str) -> dict[str, str]:
+    """This interpreter's environment with this checkout importable (children import the same code).
+
+    ``keep_hyperwatch=False`` drops every inherited ``HYPERWATCH_*`` setting (tests that must not
+    pick up the developer's token or database)."""
+    env = {k: v for k, v in os.environ.items() if keep_hyperwatch or not k.startswith("HYPERWATCH_")}
+    path = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{path}" if path else str(REPO)
+    return {**env, **extra}
 
 
 class ServiceProcess:
@@ -83,7 +88,11 @@ class ServiceProcess:
 
     ``upgrade`` runs ``hyperwatch db upgrade`` first (a fresh database is created). ``log_path``
     receives the service's output (else it is discarded). ``env`` adds environment variables
-    (``HYPERWATCH_WRITE_TOKEN``...). ``dev`` passes ``--dev`` (no token needed on localhost).
+    (``HYPERWATCH_WRITE_TOKEN``...); ``keep_hyperwatch_env=False`` drops inherited ones. ``dev``
+    passes ``--dev`` (no token needed on localhost). ``ready_path`` is what "ready" means
+    (``/readyz``: the database answers; ``/healthz``: the process serves). The service runs in
+    its own session, so a Ctrl-C in the terminal reaches the training runs but not the service
+    they still report to; :meth:`stop` ends it. :meth:`start` again restarts it on the same port.
     """
 
     def __init__(
@@ -97,11 +106,14 @@ class ServiceProcess:
         upgrade: bool = True,
         extra_args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        keep_hyperwatch_env: bool = True,
+        ready_path: str = "/readyz",
         timeout: float = 60.0,
     ) -> None:
         self.db_url, self.host, self.dev, self.upgrade = db_url, host, dev, upgrade
         self.port = free_port(host, port)
         self.log_path, self.extra_args, self.env, self.timeout = log_path, extra_args, env or {}, timeout
+        self.keep_hyperwatch_env, self.ready_path = keep_hyperwatch_env, ready_path
         self.proc: subprocess.Popen[bytes] | None = None
         self._out: IO[bytes] | None = None
 
@@ -109,16 +121,21 @@ class ServiceProcess:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> ServiceProcess:
+    def start(self, *args: str, ready: bool = True) -> ServiceProcess:
+        """Start (or restart) the service; ``args`` replace the extra ``serve`` arguments when given."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise ChildProcessError(f"hyperwatch serve is already running on {self.url}")
+        self.extra_args = tuple(args) or self.extra_args
         hw = [sys.executable, "-m", "hyperwatch"]
-        env = python_env(**self.env)
+        env = python_env(keep_hyperwatch=self.keep_hyperwatch_env, **self.env)
         if self.upgrade:
             done = subprocess.run(
                 [*hw, "db", "upgrade", "--db", self.db_url], capture_output=True, text=True, env=env, check=False
             )
             if done.returncode != 0:
                 raise ChildProcessError(f"'hyperwatch db upgrade' failed: {done.stderr.strip()[-500:]}")
-        if self.log_path is not None:
+            self.upgrade = False  # once is enough: a restart keeps the schema
+        if self.log_path is not None and self._out is None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._out = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the service
         cmd = [*hw, "serve", "--db", self.db_url, "--host", self.host, "--port", str(self.port)]
@@ -128,10 +145,37 @@ class ServiceProcess:
             stdout=self._out or subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
             env=env,
+            cwd=REPO,
             start_new_session=True,  # Ctrl-C in the terminal stops the runs, which still report to it
         )
-        wait_http(f"{self.url}/readyz", self.proc, "hyperwatch serve", self.timeout)
+        if ready:
+            try:
+                wait_http(f"{self.url}{self.ready_path}", self.proc, "hyperwatch serve", self.timeout)
+            except ChildProcessError as exc:
+                self.kill()
+                raise ChildProcessError(f"{exc}; its log:\n{self.log()[-3000:]}") from exc
         return self
+
+    def healthy(self) -> bool:
+        """The process runs and ``/healthz`` answers 200."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup runs, in-flight requests and transactions are cut (crash tests)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+    def log(self) -> str:
+        if self._out is not None:
+            self._out.flush()
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
 
     def stop(self) -> None:
         stop(self.proc)

@@ -20,6 +20,7 @@ Where a fit record's fields come from (a run's own fields first, then its config
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from typing import Any, Literal
 from hyperwatch.hooks.schema import SchemaError, decode_value
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.store.base import Store
-from hyperwatch.monitor.store.entities import Group, Run, SeriesInfo
+from hyperwatch.monitor.store.entities import Group, LayerMatrix, Run, SeriesInfo
 
 STABILITY_INDICATORS = (
     "attention_z",
@@ -300,17 +301,20 @@ def stability_records(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Matching]:
     """Records for :func:`stability_verdict`: each run's aggregated line per indicator it has, cut at
     the matched fraction of training (see :func:`match_runs`); runs left out are in ``skipped``."""
-    records, skipped = [], []
+    records: list[dict[str, Any]] = []
     matching = match_runs(runs)
-    skipped += matching.pending
+    skipped: list[dict[str, Any]] = list(matching.pending)
     if matching.reason is not None:
         return [], skipped, matching
+    pending = {p["run_id"] for p in matching.pending}
     for run in runs:
-        if run.id not in matching.cutoff:
-            continue
         size = scale_of(run, scale)
         if size is None:
             skipped.append({"run": run.name, "run_id": run.id, "reason": f"no {scale}; set it on the run"})
+            continue
+        if run.id not in matching.cutoff:
+            if run.id not in pending:
+                skipped.append({"run": run.name, "run_id": run.id, "reason": "no points yet"})
             continue
         latest = store.list_series(run.id)
         have = {s.name for s in latest}
@@ -392,3 +396,23 @@ def tokens_seen(run: Run) -> int | None:
 def run_view(run: Run, stale_after_s: float, now: datetime | None = None) -> dict[str, Any]:
     """The run's fields plus ``stale`` and ``tokens_seen``, what GET /api/v1/runs returns."""
     return {**run.__dict__, "stale": is_stale(run, stale_after_s, now), "tokens_seen": tokens_seen(run)}
+
+
+# -- the layer x step matrix at the logging interval ----------------------------------------------
+def layer_matrix(store: Store, run: Run, name: str, buckets: int) -> LayerMatrix:
+    """``store.layer_matrix`` with buckets no narrower than the run's logging interval.
+
+    Logging every k steps into 1-step buckets leaves k-1 empty columns out of k (a striped
+    heatmap); the interval is read off the data (the gcd of the non-empty columns' offsets) and
+    the matrix is read again with one bucket per logged step.
+    """
+    m = store.layer_matrix(run.id, name, buckets, None, None)
+    if m.bucket_width != 1 or not m.bucket_starts:
+        return m
+    filled = [m.bucket_starts[j] for j in range(len(m.bucket_starts)) if any(row[j] is not None for row in m.values)]
+    interval = 0
+    for a, b in itertools.pairwise(filled):
+        interval = math.gcd(interval, b - a)
+    if interval <= 1:
+        return m
+    return store.layer_matrix(run.id, name, max(1, -(-len(m.bucket_starts) // interval)), None, None)

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs the system tools the test suite drives for real (idempotent, quiet when present):
-#   promtool (Debian 'prometheus'), headless Chromium and its driver (Debian 'chromium',
-#   'chromium-driver'). Called by `make test`; safe to run by hand.
+#   promtool and the Prometheus server (Debian 'prometheus'), Alertmanager (Debian
+#   'prometheus-alertmanager': the demo and tests/e2e/test_alerting.py run both as child processes),
+#   headless Chromium and its driver (Debian 'chromium', 'chromium-driver'). Called by `make test`;
+#   safe to run by hand.
 set -euo pipefail
 need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+[ -x /usr/bin/prometheus-alertmanager ] || command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 [ ${#need[@]} -eq 0 ] && exit 0

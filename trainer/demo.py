@@ -20,7 +20,7 @@
 4. prints each run's loss curve, each arm's verdict, the alerts by source, and keeps serving until
    Ctrl-C (runs stopped by Ctrl-C are marked "interrupted" and resume on the next ``make demo``).
 
-``HYPERWATCH_DEMO_FAST=1`` (or ``--fast``) is the short version (depths 2 and 3, 16 steps) the
+``HYPERWATCH_DEMO_FAST=1`` (or ``--fast``) is the short version (depths 2 and 4, 16 steps) the
 end-to-end test runs; ``--no-serve`` stops everything when the runs are done.
 """
 
@@ -45,7 +45,7 @@ BARS = " ▁▂▃▄▅▆▇█"
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "cpu"
 DEMO_SWEEPS = (CONFIGS / "demo_hyperp.toml", CONFIGS / "demo_baseline.toml")
 FAST_TOKENS = 131072  # 16 steps of 8192 tokens
-FAST_DEPTHS = (2, 3)
+FAST_DEPTHS = (2, 4)
 DEMO_THRESHOLDS = {"spike_window": 20, "spike_min_points": 4, "spike_mad_multiple": 3.0, "spike_min_relative": 0.5}
 """The service detector on demo time scales: a verdict after 4 logged steps instead of 10, and a
 jump of 3 robust deviations instead of 8 (a blow-up within a few steps has a noisy baseline). The

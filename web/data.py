@@ -27,6 +27,7 @@ from hyperwatch.monitor.views import (
     aggregate_series,
     group_records,
     group_runs,
+    layer_matrix,
     match_runs,
     stability_values,
     truncate,
@@ -197,7 +198,7 @@ def run_indicator(
         line_fig = run_line_figure(run, name, lines, alerts, x, gl)
         heat = None
         if per_layer:
-            m = store.layer_matrix(run.id, name, min(buckets, 300), None, None)
+            m = layer_matrix(store, run, name, min(buckets, 300))
             heat = heatmap_figure(run, m, x_values(run, m.bucket_starts, tmap.at(m.bucket_starts), x), x)
     except XAxisError as exc:
         raise InvalidInputError(str(exc)) from exc
@@ -228,7 +229,7 @@ def alerts_timeline(
                 "mode": "markers",
                 "x": [a.created_at.isoformat() for a in items],
                 "y": [esc(f"{a.project}/{a.run}") for a in items],
-                "name": esc(r),
+                "name": esc(f"{r} ({items[0].source})" if items[0].source != "service" else r),
                 "text": [
                     esc(f"{a.name}{'' if a.layer is None else f' layer {a.layer}'} step {a.step}: {a.message}")
                     for a in items
@@ -250,4 +251,11 @@ def alerts_timeline(
         "margin": {"l": 60, "r": 20, "t": 40, "b": 45},
         "hovermode": "closest",
     }
+    if not found:  # say so, instead of a date axis around the year 2000
+        layout.update(height=160, xaxis={"visible": False}, yaxis={"visible": False})
+        why = "no alerts" + (
+            " match these filters" if run_id or rule or project else " yet: none of the runs has tripped a rule"
+        )
+        layout["annotations"] = [{"text": esc(why), "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+                                  "showarrow": False, "font": {"size": 13, "color": "#555"}}]  # fmt: skip
     return jsonable({"figure": {"data": data, "layout": layout}, "count": len(found)})  # type: ignore[no-any-return]

@@ -96,6 +96,17 @@ def line_trace(
     return trace
 
 
+RATIOS = ("attention_outlier_ratio", "mlp_outlier_ratio")
+"""Fractions in 0..1: their axes start at 0 (never -1..1 around an all-zero line) and stop at 1 at most."""
+
+
+def ratio_axis(layout: dict[str, Any], name: str, axis: str = "yaxis") -> dict[str, Any]:
+    """Pin a ratio's value axis to 0..1 (autorange inside it: tiny fractions stay readable)."""
+    if name in RATIOS:
+        layout[axis].update({"rangemode": "nonnegative", "autorangeoptions": {"minallowed": 0, "maxallowed": 1}})
+    return layout
+
+
 def base_layout(title: str, x_title: str, y_title: str, height: int = 340) -> dict[str, Any]:
     return {
         "title": {"text": title, "font": {"size": 14}, "x": 0.01, "xanchor": "left"},
@@ -148,7 +159,7 @@ def compare_figure(name: str, lines: Sequence[RunLine], x: XAxis, agg: str, gl: 
     data.extend(lanes)  # markers above the lines
     per_layer = any(rl.line.per_layer for rl in lines)
     suffix = f" · {agg} over layers" if per_layer else ""
-    layout = base_layout(esc(TITLES.get(name, name)) + suffix, X_TITLES[x], esc(name))
+    layout = ratio_axis(base_layout(esc(TITLES.get(name, name)) + suffix, X_TITLES[x], esc(name)), name)
     layout["uirevision"] = name
     layout["showlegend"] = False  # one legend for the whole page (runs share colours across figures)
     return {"data": data, "layout": layout, "meta": {"name": name, "missing": missing}}
@@ -166,7 +177,7 @@ def stability_figure(
     ``why`` replaces the verdict when there is none (e.g. "n/a until runs finish"); ``fraction``
     below 1 says the runs are compared at that matched fraction of training. A loss shows its
     final value only (a larger model starts higher: its peak says nothing)."""
-    layout = base_layout(esc(name), esc(size_of_scale), "value", height=340)
+    layout = ratio_axis(base_layout(esc(name), esc(size_of_scale), "value", height=340), name)
     layout["xaxis"]["type"] = "log"
     layout["showlegend"] = True
     layout["legend"] = {
@@ -258,7 +269,7 @@ def run_line_figure(
             }
         )
     data.extend(marks)
-    layout = base_layout(esc(TITLES.get(name, name)), X_TITLES[x], esc(name), height=300)
+    layout = ratio_axis(base_layout(esc(TITLES.get(name, name)), X_TITLES[x], esc(name), height=300), name)
     layout["uirevision"] = name
     return {"data": data, "layout": layout, "meta": {"name": name}}
 
@@ -299,6 +310,7 @@ def heatmap_figure(run: Run, m: LayerMatrix, xs: Sequence[float | None], x: XAxi
             "colorbar": {"title": {"text": esc(m.name)}, "thickness": 12},
             "hovertemplate": "layer %{y}<br>%{x}<br>max %{z:.5g}<extra></extra>",
             "name": esc(m.name),
+            **({"zmin": 0.0} if m.name in RATIOS else {}),
         }
     ]
     if nf_x:

@@ -120,6 +120,6 @@ def alerts_page(assets: dict[str, str]) -> str:
 <label>Project <input name="project" autocomplete="off"></label>
 <button type="submit">Filter</button></form>
 <div id="timeline" class="fig"></div>
-<table id="alerts-table" class="grid"><thead><tr><th>Raised</th><th>Run</th><th>Kind</th><th>Severity</th>
-<th>Indicator</th><th>Step</th><th>Value</th><th>Message</th></tr></thead><tbody></tbody></table>"""
+<table id="alerts-table" class="grid"><thead><tr><th>Raised</th><th>Run</th><th>Kind</th><th>Source</th>
+<th>Severity</th><th>Indicator</th><th>Step</th><th>Value</th><th>Message</th></tr></thead><tbody></tbody></table>"""
     return _shell("Alerts", "alerts.js", body, assets)

@@ -82,7 +82,44 @@ def lr_figure(analysis: GroupAnalysis, records: Sequence[Mapping[str, Any]]) -> 
         data.extend(_parabola(sw.fit, label, group, colour))
     layout = base_layout("Final validation loss vs learning rate, per sweep", "learning rate", "val_loss", 420)
     layout["xaxis"]["type"] = "log"
-    return {"data": data, "layout": layout, "meta": {"sweeps": len(sweeps)}}, notes
+    fig = {"data": data, "layout": layout, "meta": {"sweeps": len(sweeps)}}
+    if not sweeps:
+        lrs = sorted({r["lr"] for r in records if r.get("lr") is not None})
+        why = (
+            f"no learning-rate sweep: the {len(records)} finished runs use "
+            + (f"one learning rate ({lrs[0]:g})" if len(lrs) == 1 else f"{len(lrs)} learning rates")
+            + "; runs at 2 or more LRs sharing method, depth, tokens and batch size form a sweep"
+        )
+        return empty_figure(fig, why), notes
+    return fig, notes
+
+
+FIT_R2_CAVEAT = 0.95
+"""Below this R^2 (or with fewer than 4 points) a fitted law is drawn with a caveat, not as a finding."""
+
+
+def empty_figure(fig: dict[str, Any], why: str) -> dict[str, Any]:
+    """A panel with nothing to draw says why, instead of showing a bare axis with a made-up range."""
+    layout = fig["layout"]
+    layout["xaxis"] = {"visible": False}
+    layout["yaxis"] = {"visible": False}
+    layout["height"] = 160
+    layout["annotations"] = [
+        {"text": esc(why), "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "showarrow": False,
+         "font": {"size": 13, "color": "#555"}}
+    ]  # fmt: skip
+    fig["meta"]["empty"] = why
+    return fig
+
+
+def caveat(what: str, r2: float, n: int) -> str | None:
+    """The warning a weak fit carries: low R^2 or too few points to read an exponent from."""
+    if n < 4 or not (r2 >= FIT_R2_CAVEAT):
+        return (
+            f"{what}: R²={r2:.2f} from {n} points; below R²={FIT_R2_CAVEAT} or 4 points a fitted law is a "
+            "sketch, not a measurement: add runs before extrapolating"
+        )
+    return None
 
 
 def _parabola(fit: LRFit, label: str, group: str, colour: str) -> list[dict[str, Any]]:
@@ -147,6 +184,9 @@ def transfer_figures(analysis: GroupAnalysis) -> tuple[dict[str, dict[str, Any]]
                 notes.append(f"optimal lr vs {axis} ({sweep_label(law.fixed)}): {law.fit}")
                 continue
             data.append(_power_curve(law.fit, law.x, f"law{i}", colour, axis))
+            warn = caveat(f"optimal lr vs {axis} ({sweep_label(law.fixed)})", law.fit.r2, len(law.x))
+            if warn:
+                notes.append(warn)
         layout = base_layout(f"Optimal learning rate vs {AXIS_TITLES[axis]}", AXIS_TITLES[axis], "optimal lr", 380)
         layout["xaxis"]["type"] = "log"
         layout["yaxis"]["type"] = "log"
@@ -164,7 +204,7 @@ def _power_curve(fit: PowerLawFit, xs: Sequence[float], group: str, colour: str,
         "mode": "lines",
         "x": grid.tolist(),
         "y": [_finite(float(v)) for v in fit.predict(grid)],
-        "name": f"lr* = {fit.a:.3g}·{axis}^{fit.b:.3f}{floor} (LOO {fit.loo_mape:.1f}%)",
+        "name": f"lr* = {fit.a:.3g}·{axis}^{fit.b:.3f}{floor} (R²={fit.r2:.2f}, LOO {fit.loo_mape:.1f}%)",
         "legendgroup": group,
         "line": {"color": colour, "dash": "dot"},
         "hovertemplate": "fit: %{x:.4g} → %{y:.4g}<extra></extra>",
@@ -205,6 +245,9 @@ def scaling_figures(
         if isinstance(fit, str):
             notes.append(fit)
             continue
+        warn = caveat(f"scaling law of {m}", fit.r2, fit.n_points)
+        if warn:
+            notes.append(warn)
         grid = _flops_grid(all_flops)
         form = f"{fit.a:.3g}·C^-{fit.b:.3f}" + (f" + {fit.c0:.3g}" if fit.c0 is not None else "")
         data.append(
@@ -213,7 +256,7 @@ def scaling_figures(
                 "mode": "lines",
                 "x": grid.tolist(),
                 "y": [_finite(float(v)) for v in fit.predict(grid)],
-                "name": f"{label}: L = {form}",
+                "name": f"{label}: L = {form} (R²={fit.r2:.2f})",
                 "legendgroup": label,
                 "line": {"color": colour_of[m], "dash": "dot"},
                 "hovertemplate": "fit %{x:.3s}: %{y:.5g}<extra></extra>",

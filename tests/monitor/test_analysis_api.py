@@ -99,7 +99,7 @@ def test_analysis_errors(sqlite_client: TestClient) -> None:
 
 def _ladder(c: TestClient, nan_at_largest: bool = False) -> int:
     for depth in DEPTHS:
-        create_run(c, f"d{depth}", group="ladder", depth=depth, total_params=params(depth))
+        create_run(c, f"d{depth}", group="ladder", depth=depth, total_params=params(depth), status="finished")
         pts = []
         for step in range(40):
             for layer in range(2):

@@ -8,32 +8,23 @@ same port and database.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
+from hyperwatch.monitor import children
+from hyperwatch.monitor.children import ServiceProcess, free_port
 from hyperwatch.monitor.store import SqlStore, migrate
+
+__all__ = ["AUTH", "READ_TOKEN", "REPO", "WRITE_TOKEN", "Service", "free_port", "python_env"]
 
 REPO = Path(__file__).resolve().parents[2]
 WRITE_TOKEN = "reliability-write-token-0123456789"
 READ_TOKEN = "reliability-read-token-0123456789"
 AUTH = {"Authorization": f"Bearer {WRITE_TOKEN}"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_until(cond: Callable[[], bool], timeout: float = 60.0, every: float = 0.05) -> bool:
@@ -54,62 +45,27 @@ def upgrade(url: str) -> None:
 
 
 def python_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HYPERWATCH_")}
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(extra)
-    return env
+    """The environment of a child process: this checkout importable, no inherited HYPERWATCH_* settings."""
+    return children.python_env(keep_hyperwatch=False, **extra)
 
 
-class Service:
-    """``hyperwatch serve`` on 127.0.0.1:``port`` over ``db_url``, as a child process."""
+class Service(ServiceProcess):
+    """``hyperwatch serve`` on 127.0.0.1:``port`` over ``db_url``, as a child process (the shared
+    helper, :class:`hyperwatch.monitor.children.ServiceProcess`, with the reliability tests' defaults:
+    the write token set, no dev mode, no inherited HYPERWATCH_* settings, ready when /healthz answers)."""
 
     def __init__(self, db_url: str, log_path: Path, port: int | None = None, **env: str) -> None:
-        self.db_url = db_url
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self.env = {"HYPERWATCH_WRITE_TOKEN": WRITE_TOKEN, **env}
-        self.args: list[str] = []
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, *args: str, ready: bool = True) -> None:
-        assert self.proc is None or self.proc.poll() is not None, "already running"
-        cmd = [sys.executable, "-m", "hyperwatch", "serve", "--db", self.db_url, "--port", str(self.port)]
-        cmd += list(args or self.args)
-        self.args = list(args or self.args)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                cmd, cwd=REPO, env=python_env(**self.env), stdout=log, stderr=subprocess.STDOUT
-            )
-        if ready and not wait_until(self.healthy, timeout=90, every=0.1):
-            self.kill()
-            raise RuntimeError(f"the service did not start; its log:\n{self.log_path.read_text()[-3000:]}")
-
-    def healthy(self) -> bool:
-        if self.proc is None or self.proc.poll() is not None:
-            return False
-        try:
-            with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
-                return bool(r.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
-
-    def kill(self) -> None:
-        """SIGKILL: no cleanup runs, in-flight requests and transactions are cut."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        super().__init__(
+            db_url,
+            port=port or 0,
+            log_path=log_path,
+            dev=False,
+            upgrade=False,
+            env={"HYPERWATCH_WRITE_TOKEN": WRITE_TOKEN, **env},
+            keep_hyperwatch_env=False,
+            ready_path="/healthz",
+            timeout=90.0,
+        )
 
 
 @dataclass

@@ -23,6 +23,7 @@
         HW.el("td", { text: a.created_at.replace("T", " ").slice(0, 19) }),
         HW.el("td", {}, HW.el("a", { href: `/runs/${a.run_id}`, text: `${a.project}/${a.run}` })),
         HW.el("td", { text: a.rule }),
+        HW.el("td", { text: a.source, title: a.source === "prometheus" ? "fired by Prometheus, delivered by Alertmanager" : "the service's own detector" }),
         HW.el("td", {}, HW.el("span", { class: `badge sev-${a.severity}`, text: a.severity })),
         HW.el("td", { text: a.layer === null ? a.name : `${a.name} (layer ${a.layer})` }),
         HW.el("td", {}, HW.el("a", { href: link(a), class: "point-link", text: String(a.step) })),
