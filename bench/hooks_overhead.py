@@ -26,6 +26,8 @@ Targets (issue #11, GPU): <= 1.01x at every=1 and <= 1.002x at every=10, eager a
     python bench/hooks_overhead.py [--device cpu|cuda] [--preset tiny|paper] [--models dense,moe,llama]
         [--modes eager,compiled] [--every 1,10] [--rounds 20] [--block 10] [--control] [--profile]
 
+``--attention`` times the intercepted SDPA call alone (plain, costly recompute path, kernel
+LSE path; forward + backward under bf16 autocast) and profiles the two hooked paths.
 ``--profile`` instead runs ``torch.profiler`` over hooked every=1 steps and plain steps and
 prints the top ops by self device time (CUDA) or self CPU time, and the CPU time spent inside
 each hook function per step.
@@ -343,6 +345,74 @@ def profile(name: str, build: Callable[[], Trainee], args: argparse.Namespace, m
         print(f"  {what:<56} {us / n:8.1f} us/step  {100 * us / n / 1e3 / p_ms:6.2f}% of plain")
 
 
+def attention_path(args: argparse.Namespace) -> None:
+    """The intercepted SDPA call alone (forward + backward, bf16 autocast, causal GQA): plain SDPA,
+    the costly path (SDPA + the LSE recomputed from q and k in chunks, what every intercepted call
+    did under autocast or on CUDA before issue #11), and the kernel path (the kernel SDPA runs,
+    asked for its LSE). Interleaved rounds, medians, ratios to plain; then torch.profiler's top ops."""
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from hyperwatch.hooks import indicators
+    from hyperwatch.hooks.intercept import sdpa_with_lse
+
+    dev = args.device
+    B, Hq, Hk, L, D = (4, 16, 4, 4096, 64) if args.sizes.preset == "paper" else (4, 8, 4, 1024, 64)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, h, L, D, generator=g).to(dev).requires_grad_() for h in (Hq, Hk, Hk))
+    kw: dict[str, Any] = {"is_causal": True, "enable_gqa": True}
+
+    def plain() -> None:
+        with torch.autocast(dev, dtype=torch.bfloat16):
+            out = F.scaled_dot_product_attention(q, k, v, **kw)
+        out.float().sum().backward()
+
+    def recompute() -> None:
+        with torch.autocast(dev, dtype=torch.bfloat16):
+            out = F.scaled_dot_product_attention(q, k, v, **kw)
+            with torch.no_grad():
+                indicators.attention_lse(q.bfloat16(), k.bfloat16(), **kw)
+        out.float().sum().backward()
+
+    def kernel() -> None:
+        with torch.autocast(dev, dtype=torch.bfloat16):
+            out, _ = sdpa_with_lse({"query": q, "key": k, "value": v, **kw})
+        out.float().sum().backward()
+
+    sides = (plain, recompute, kernel)
+
+    def timed(f: Callable[[], None]) -> float:
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter() if dev == "cuda" else time.process_time()
+        f()
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        return (time.perf_counter() if dev == "cuda" else time.process_time()) - t0
+
+    for f in sides:
+        f()
+    times: dict[str, list[float]] = {f.__name__: [] for f in sides}
+    for r in range(args.rounds):
+        for f in sides if r % 2 == 0 else sides[::-1]:
+            times[f.__name__].append(timed(f))
+    med = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+    print(
+        f"intercepted SDPA fwd+bwd on {dev}, bf16 autocast, B={B} heads {Hq}/{Hk} L={L} D={D}, {args.rounds} rounds: "
+        f"plain {med['plain']:.2f} ms; recompute (costly path) {med['recompute']:.2f} ms "
+        f"= {med['recompute'] / med['plain']:.3f}x; kernel LSE {med['kernel']:.2f} ms "
+        f"= {med['kernel'] / med['plain']:.3f}x"
+    )
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
+    key = "self_cuda_time_total" if dev == "cuda" else "self_cpu_time_total"
+    for f in (recompute, kernel):
+        with torch_profile(activities=activities) as prof:
+            f()
+        print(f"profile {f.__name__}:")
+        print(prof.key_averages().table(sort_by=key, row_limit=args.profile_top, max_name_column_width=60))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -361,6 +431,7 @@ def main() -> None:
     ap.add_argument("--profile-steps", type=int, default=3, help="steps per profiled side")
     ap.add_argument("--profile-top", type=int, default=15, help="ops listed per profiled side")
     ap.add_argument("--control", action="store_true", help="also plain against plain: the bench's noise floor")
+    ap.add_argument("--attention", action="store_true", help="the intercepted SDPA call alone: costly vs kernel path")
     args = ap.parse_args()
     paper = (args.preset or ("paper" if args.device == "cuda" else "tiny")) == "paper"
     args.depth = args.depth or (8 if paper else 2)
@@ -378,6 +449,9 @@ def main() -> None:
             ap.error(f"--modes: unknown {m!r}; use a comma list of eager, compiled")
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
+    if args.attention:
+        attention_path(args)
+        return
     z = args.sizes
     builders: dict[str, Callable[[], Trainee]] = {
         "dense": lambda: bundled(z, False),
