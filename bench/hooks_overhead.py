@@ -1,25 +1,37 @@
 """Step time with and without hooks, side by side in one run.
 
-For each model (the bundled tiny dense and MoE presets, a tiny Hugging Face Llama with SDPA
-attention, all at the tiny preset's shapes) and each ``every``: one model trains with the
-bundled trainer's real step (forward, backward, ``clip_grad_norm_``, the ``hyperp`` arm's
-optimizers from ``trainer.optim.build_optimizers``: MuonH + AdamH + AdamW, ``zero_grad``) in
-timed blocks of ``--block`` steps that alternate, ABBA, between hooked (monitor armed by its
-``every`` schedule, ``mon.step`` with the loss and the clipped norm, as ``trainer.train`` does;
-the block ends with ``mon.flush()``, so the emitter thread's work is inside the figure) and
-plain (monitor disarmed: no hook registered, capture flags off, no ``mon.step``). Same
-weights, memory and batches on both sides; torch threads pinned; warm-up first. Each round
-gives one ratio hooked/plain of two adjacent blocks; printed are the median over rounds, its
-interquartile range and the median ms per step of each side, by process CPU time (robust on a
-shared machine) and by wall time. ``--control`` runs plain against plain (the noise floor).
+For each model and each ``every``: one model trains with a real step (forward, backward,
+``clip_grad_norm_``, optimizer step, ``zero_grad``; bf16 autocast on CUDA) in timed blocks of
+``--block`` steps that alternate, ABBA, between hooked (monitor armed by its ``every`` schedule,
+``mon.step`` with the loss and the clipped norm, as ``trainer.train`` does; the block ends with
+``mon.flush()``, so the emitter thread's work is inside the figure) and plain (monitor disarmed:
+no hook registered, capture flags off, no ``mon.step``; under ``torch.compile`` the hooks stay
+registered and the disarmed graph holds no hook op). Same weights, memory and batches on both
+sides; torch threads pinned; warm-up first (both compiled graphs included). Each round gives one
+ratio hooked/plain of two adjacent blocks; printed are the median over rounds, its
+interquartile range and the median ms per step of each side, by process CPU time and by wall
+time (on CUDA the wall figure is the one to read), then the issue's table of medians.
+``--control`` adds plain against plain (the noise floor) to each row.
 
-Targets on CPU (issue #3): <= 1.03x at every=1 and <= 1.01x at every=10.
+Models (``--preset paper`` is the default on CUDA, ``tiny`` on CPU):
 
-    python bench/hooks_overhead.py [--models dense,moe,llama,torch] [--every 1,10] [--depth 2]
-        [--rounds 20] [--block 10] [--threads 1] [--batch 8] [--seq 256] [--control] [--profile]
+- ``dense``/``moe``: the bundled Transformer-Next, ``hyperp``/``hyperp_moe`` arm's optimizers
+  (MuonH + AdamH + AdamW); paper: depth 8, seq 4096, micro-batch 8, vocab 32000.
+- ``torch``: PyTorch's own ``nn.TransformerEncoderLayer`` stack (pre-norm, causal), the tiny shape.
+- ``llama``: a Hugging Face Llama built from a ``LlamaConfig`` (no download), SDPA attention,
+  fused AdamW; paper: hidden 1024, 8 layers, 16 heads, 4 KV heads, 4 x 4096 tokens, vocab 32000;
+  tiny: the tiny preset's shape.
 
-``--profile`` instead reports where the hooked step's extra time goes at every=1: the CPU time
-spent inside each hook function per step, against the plain step's CPU time.
+Targets (issue #11, GPU): <= 1.01x at every=1 and <= 1.002x at every=10, eager and compiled.
+
+    python bench/hooks_overhead.py [--device cpu|cuda] [--preset tiny|paper] [--models dense,moe,llama]
+        [--modes eager,compiled] [--every 1,10] [--rounds 20] [--block 10] [--control] [--profile]
+
+``--attention`` times the intercepted SDPA call alone (plain, costly recompute path, kernel
+LSE path; forward + backward under bf16 autocast) and profiles the two hooked paths.
+``--profile`` instead runs ``torch.profiler`` over hooked every=1 steps and plain steps and
+prints the top ops by self device time (CUDA) or self CPU time, and the CPU time spent inside
+each hook function per step.
 """
 
 from __future__ import annotations
@@ -51,72 +63,94 @@ class Trainee:
     """One copy of a model with its optimizers and a forward that returns the loss."""
 
     model: nn.Module
-    optim: OptimizerSet
+    optim: OptimizerSet | FusedAdamW
     loss: Callable[[nn.Module, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class Sizes:
+    """Shapes of one benchmark configuration."""
+
+    preset: str  # "tiny" or "paper"
+    depth: int
+    seq: int
+    device: str
+
+    @property
+    def vocab(self) -> int:
+        return VOCAB if self.preset == "tiny" else 32000
 
 
 def _optimizers(model: nn.Module, depth: int, width: int) -> OptimizerSet:
     return build_optimizers(model, "hyperp", lr=0.02, depth=depth, width=width, tokens=400_000.0, base_depth=2)
 
 
-def bundled(depth: int, moe: bool, seq: int, device: str) -> Trainee:
+def bundled(z: Sizes, moe: bool) -> Trainee:
     from hyperwatch.trainer.model import Transformer
 
     sections: dict[str, Any] = {
-        "preset": "tiny",
-        "model": {"depth": depth, "vocab_size": VOCAB, "seq_len": seq},
+        "preset": z.preset,
+        "model": {"depth": z.depth, "vocab_size": z.vocab, "seq_len": z.seq},
         "optim": {"arm": "hyperp_moe" if moe else "hyperp"},
     }
     cfg = build_config(sections).model
     torch.manual_seed(0)
-    model = Transformer(cfg).to(device)
+    model = Transformer(cfg).to(z.device)
 
     def loss(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return m(x, x).loss  # type: ignore[no-any-return]
 
-    return Trainee(model, _optimizers(model, depth, cfg.width), loss)
+    return Trainee(model, _optimizers(model, z.depth, cfg.width), loss)
 
 
-def hf_llama(depth: int, seq: int, device: str) -> Trainee:
-    """The tiny preset's shape (width 32d, 2d heads of 16, 4 KV heads, MLP 4w) as a Hugging Face Llama."""
+class FusedAdamW:
+    """``torch.optim.AdamW(fused=True)`` behind the bench's optimizer interface."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
+
+    def step(self) -> None:
+        self.opt.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.opt.zero_grad(set_to_none=set_to_none)
+
+
+def hf_llama(z: Sizes) -> Trainee:
+    """Paper: the issue's Llama (hidden 1024, 16 heads of 64, 4 KV heads, MLP 4096, ~200M
+    parameters); tiny: the tiny preset's shape (width 32d, 2d heads of 16, 4 KV heads, MLP 4w)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    width = 32 * depth
+    if z.preset == "paper":
+        width, heads, head_dim, mlp = 1024, 16, 64, 4096
+    else:
+        width, heads, head_dim, mlp = 32 * z.depth, 2 * z.depth, 16, 128 * z.depth
     cfg = LlamaConfig(  # type: ignore[call-arg]
-        vocab_size=VOCAB, hidden_size=width, intermediate_size=4 * width, num_hidden_layers=depth,
-        num_attention_heads=2 * depth, num_key_value_heads=min(4, 2 * depth), head_dim=16,
-        max_position_embeddings=seq, attn_implementation="sdpa", tie_word_embeddings=False,
+        vocab_size=z.vocab, hidden_size=width, intermediate_size=mlp, num_hidden_layers=z.depth,
+        num_attention_heads=heads, num_key_value_heads=min(4, heads), head_dim=head_dim,
+        max_position_embeddings=z.seq, attn_implementation="sdpa", tie_word_embeddings=False,
     )  # fmt: skip
     torch.manual_seed(0)
-    model: nn.Module = LlamaForCausalLM(cfg).to(device)  # type: ignore[arg-type]
-    roles: dict[str, str] = {}
-    for name, p in model.named_parameters():
-        if name.endswith("embed_tokens.weight"):
-            roles[name] = "embedding"
-        elif name.startswith("lm_head."):
-            roles[name] = "head"
-        else:
-            roles[name] = "hidden" if p.ndim >= 2 else "vector"
-    model.parameter_roles = lambda: roles  # type: ignore[assignment]  # what build_optimizers reads
+    model: nn.Module = LlamaForCausalLM(cfg).to(z.device)  # type: ignore[arg-type]
 
     def loss(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return m(input_ids=x, labels=x).loss  # type: ignore[no-any-return]
 
-    return Trainee(model, _optimizers(model, depth, width), loss)
+    return Trainee(model, FusedAdamW(model), loss)
 
 
-def torch_encoder(depth: int, seq: int, device: str) -> Trainee:
+def torch_encoder(z: Sizes) -> Trainee:
     """The tiny preset's shape (width 32d, 2d heads, MLP 4w) from PyTorch's own nn.TransformerEncoderLayer
     (pre-norm, batch_first, causal mask): attention Z recomputed from nn.MultiheadAttention's projections."""
-    width = 32 * depth
+    width, seq, vocab = 32 * z.depth, z.seq, z.vocab
 
     class CausalLM(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.embed = nn.Embedding(VOCAB, width)
-            layer = nn.TransformerEncoderLayer(width, 2 * depth, 4 * width, 0.0, batch_first=True, norm_first=True)
-            self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
-            self.head = nn.Linear(width, VOCAB, bias=False)
+            self.embed = nn.Embedding(vocab, width)
+            layer = nn.TransformerEncoderLayer(width, 2 * z.depth, 4 * width, 0.0, batch_first=True, norm_first=True)
+            self.encoder = nn.TransformerEncoder(layer, z.depth, enable_nested_tensor=False)
+            self.head = nn.Linear(width, vocab, bias=False)
             self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq), persistent=False)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -128,17 +162,18 @@ def torch_encoder(depth: int, seq: int, device: str) -> Trainee:
             return {**roles, "embed.weight": "embedding", "head.weight": "head"}
 
     torch.manual_seed(0)
-    model = CausalLM().to(device)
+    model = CausalLM().to(z.device)
 
     def loss(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return m(x)  # type: ignore[no-any-return]
 
-    return Trainee(model, _optimizers(model, depth, width), loss)
+    return Trainee(model, _optimizers(model, z.depth, width), loss)
 
 
 def train_step(t: Trainee, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The bundled trainer's step (trainer.train.Trainer.train_step with one micro-batch)."""
-    loss = t.loss(t.model, x)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=x.is_cuda):
+        loss = t.loss(t.model, x)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(t.model.parameters(), 1.0)
     t.optim.step()
@@ -214,21 +249,32 @@ def _quartiles(xs: list[float]) -> tuple[float, float, float]:
     return q1, q2, q3
 
 
-def _batches(args: argparse.Namespace) -> list[torch.Tensor]:
+def _batches(args: argparse.Namespace, batch: int, vocab: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(1)
-    return [torch.randint(0, VOCAB, (args.batch, args.seq), generator=g).to(args.device) for _ in range(4)]
+    return [torch.randint(0, vocab, (batch, args.seq), generator=g).to(args.device) for _ in range(4)]
 
 
-def measure(build: Callable[[], Trainee], every: int, args: argparse.Namespace) -> dict[str, Figure]:
+def _prepare(build: Callable[[], Trainee], every: int, args: argparse.Namespace, mode: str, control: bool) -> Bench:
+    """The model (compiled before attach when ``mode == "compiled"``), its monitor and batches."""
+    t = build()
+    if mode == "compiled":
+        t.model.compile()
+    mon = None if control else hooks.attach(t.model, run="bench", sink=hooks.MemorySink(), every=every)
+    vocab = t.model.get_input_embeddings().num_embeddings if hasattr(t.model, "get_input_embeddings") else None
+    batch = args.llama_batch if vocab is not None else args.batch
+    return Bench(t, mon, every, _batches(args, batch, vocab or args.sizes.vocab))
+
+
+def measure(build: Callable[[], Trainee], every: int, args: argparse.Namespace, mode: str = "eager",
+            control: bool = False) -> dict[str, Figure]:  # fmt: skip
     """Per clock ("cpu": process CPU time, "wall"): ratios of adjacent blocks and the sides' step times.
 
-    ``args.control``: no monitor at all (plain against plain: the bench's own noise and bias).
+    ``control``: no monitor at all (plain against plain: the bench's own noise and bias).
     """
-    t = build()
-    mon = None if args.control else hooks.attach(t.model, run="bench", sink=hooks.MemorySink(), every=every)
-    bench = Bench(t, mon, every, _batches(args))
-    for hooked in (False, True):
-        bench.run(max(args.block, 2 * every), hooked)  # warm-up (allocator, kernels, optimizer state)
+    bench = _prepare(build, every, args, mode, control)
+    for _ in range(2 if mode == "compiled" else 1):  # compiled: the second pass runs both cached graphs
+        for hooked in (False, True):
+            bench.run(max(args.block, 2 * every), hooked)  # warm-up (allocator, kernels, optimizer state)
     samples: dict[str, list[tuple[float, float]]] = {"cpu": [], "wall": []}
     for r in range(args.rounds):
         if r % 2 == 0:
@@ -237,14 +283,18 @@ def measure(build: Callable[[], Trainee], every: int, args: argparse.Namespace) 
             h, p = bench.run(args.block, True), bench.run(args.block, False)
         samples["wall"].append((h[0], p[0]))
         samples["cpu"].append((h[1], p[1]))
-    if mon is not None:
-        mon.close()
+    if bench.mon is not None:
+        bench.mon.close()
     out = {}
     for clock, pairs in samples.items():
         q1, med, q3 = _quartiles([h / p for h, p in pairs])
         out[clock] = Figure(
             med, q1, q3, statistics.median(h for h, _ in pairs) * 1e3, statistics.median(p for _, p in pairs) * 1e3
         )
+    del bench
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return out
 
 
@@ -277,15 +327,30 @@ class HookTimers:
         self._restore.clear()
 
 
-def profile(name: str, build: Callable[[], Trainee], args: argparse.Namespace) -> None:
-    """Where the hooks' time goes at every=1: CPU time inside each hook function per step."""
+def profile(name: str, build: Callable[[], Trainee], args: argparse.Namespace, mode: str) -> None:
+    """Where the hooks' time goes at every=1: torch.profiler's top ops of hooked and plain steps,
+    and the CPU time spent inside each hook function per step."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
     from hyperwatch.hooks import accumulate, intercept, monitor
 
-    t = build()
-    mon = hooks.attach(t.model, run="bench", sink=hooks.MemorySink(), every=1)
-    bench = Bench(t, mon, 1, _batches(args))
-    for hooked in (False, True):
-        bench.run(args.block, hooked)
+    bench = _prepare(build, 1, args, mode, control=False)
+    for _ in range(2 if mode == "compiled" else 1):
+        for hooked in (False, True):
+            bench.run(args.block, hooked)
+    cuda = args.device == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    steps = max(1, args.profile_steps)
+    for hooked in (True, False):
+        with torch_profile(activities=activities) as prof:
+            bench.run(steps, hooked)
+        side = "hooked" if hooked else "plain"
+        events = prof.key_averages()
+        total = sum(getattr(e, key) for e in events) / 1e3 / steps
+        print(f"profile {name} {mode} every=1, {side}: {total:.1f} ms self {'CUDA' if cuda else 'CPU'} time per step")
+        print(events.table(sort_by=key, row_limit=args.profile_top, max_name_column_width=70))
     timers = HookTimers()
     acc = accumulate.Accumulator
     timers.wrap(acc, "add_branch", "branch RMS + outliers (add_branch)")
@@ -294,8 +359,8 @@ def profile(name: str, build: Callable[[], Trainee], args: argparse.Namespace) -
         timers.wrap(acc, fn, "router Z, expert counts, aux")
     timers.wrap(monitor.Monitor, "step", "mon.step (all-reduce/pack, copy, re-arm)")
     timers.wrap(monitor.Monitor, "_emit", "emitter thread (points, sink)")
-    timers.wrap(intercept, "cpu_flash_with_lse", "SDPA answered by the flash kernel (replaces the call)")
-    timers.wrap(intercept.indicators, "attention_lse", "attention LSE recomputed from q, k (fallback)")
+    timers.wrap(intercept, "sdpa_with_lse", "SDPA answered by its own kernel, with the LSE")
+    timers.wrap(intercept.indicators, "attention_lse", "attention LSE recomputed from q, k (costly fallback)")
     cpu_plain, cpu_hooked = [], []
     try:
         for _ in range(max(1, args.rounds // 4)):
@@ -303,58 +368,163 @@ def profile(name: str, build: Callable[[], Trainee], args: argparse.Namespace) -
             cpu_hooked.append(bench.run(args.block, True)[1])
     finally:
         timers.restore()
-        mon.close()
-    steps = len(cpu_hooked) * args.block
+        if bench.mon is not None:
+            bench.mon.close()
+    n = len(cpu_hooked) * args.block
     p_ms, h_ms = statistics.median(cpu_plain) * 1e3, statistics.median(cpu_hooked) * 1e3
-    print(f"profile {name} every=1: plain {p_ms:.1f} ms, hooked {h_ms:.1f} ms CPU per step; inside the hooks:")
-    for key, us in sorted(timers.us.items(), key=lambda kv: -kv[1]):
-        print(f"  {key:<56} {us / steps:8.1f} us/step  {100 * us / steps / 1e3 / p_ms:6.2f}% of plain")
+    print(f"profile {name} {mode} every=1: plain {p_ms:.1f} ms, hooked {h_ms:.1f} ms CPU per step; inside the hooks:")
+    for what, us in sorted(timers.us.items(), key=lambda kv: -kv[1]):
+        print(f"  {what:<56} {us / n:8.1f} us/step  {100 * us / n / 1e3 / p_ms:6.2f}% of plain")
+
+
+def attention_path(args: argparse.Namespace) -> None:
+    """The intercepted SDPA call alone (forward + backward, bf16 autocast, causal GQA): plain SDPA,
+    the costly path (SDPA + the LSE recomputed from q and k in chunks, what every intercepted call
+    did under autocast or on CUDA before issue #11), and the kernel path (the kernel SDPA runs,
+    asked for its LSE). Interleaved rounds, medians, ratios to plain; then torch.profiler's top ops."""
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from hyperwatch.hooks import indicators
+    from hyperwatch.hooks.intercept import sdpa_with_lse
+
+    dev = args.device
+    B, Hq, Hk, L, D = (4, 16, 4, 4096, 64) if args.sizes.preset == "paper" else (4, 8, 4, 1024, 64)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, h, L, D, generator=g).to(dev).requires_grad_() for h in (Hq, Hk, Hk))
+    kw: dict[str, Any] = {"is_causal": True, "enable_gqa": True}
+
+    def plain() -> None:
+        with torch.autocast(dev, dtype=torch.bfloat16):
+            out = F.scaled_dot_product_attention(q, k, v, **kw)
+        out.float().sum().backward()
+
+    def recompute() -> None:
+        with torch.autocast(dev, dtype=torch.bfloat16):
+            out = F.scaled_dot_product_attention(q, k, v, **kw)
+            with torch.no_grad():
+                indicators.attention_lse(q.bfloat16(), k.bfloat16(), **kw)
+        out.float().sum().backward()
+
+    def kernel() -> None:
+        with torch.autocast(dev, dtype=torch.bfloat16):
+            out, _ = sdpa_with_lse({"query": q, "key": k, "value": v, **kw})
+        out.float().sum().backward()
+
+    sides = (plain, recompute, kernel)
+
+    def timed(f: Callable[[], None]) -> float:
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter() if dev == "cuda" else time.process_time()
+        f()
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        return (time.perf_counter() if dev == "cuda" else time.process_time()) - t0
+
+    for f in sides:
+        f()
+    times: dict[str, list[float]] = {f.__name__: [] for f in sides}
+    for r in range(args.rounds):
+        for f in sides if r % 2 == 0 else sides[::-1]:
+            times[f.__name__].append(timed(f))
+    med = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+    print(
+        f"intercepted SDPA fwd+bwd on {dev}, bf16 autocast, B={B} heads {Hq}/{Hk} L={L} D={D}, {args.rounds} rounds: "
+        f"plain {med['plain']:.2f} ms; recompute (costly path) {med['recompute']:.2f} ms "
+        f"= {med['recompute'] / med['plain']:.3f}x; kernel LSE {med['kernel']:.2f} ms "
+        f"= {med['kernel'] / med['plain']:.3f}x"
+    )
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
+    key = "self_cuda_time_total" if dev == "cuda" else "self_cpu_time_total"
+    for f in (recompute, kernel):
+        with torch_profile(activities=activities) as prof:
+            f()
+        print(f"profile {f.__name__}:")
+        print(prof.key_averages().table(sort_by=key, row_limit=args.profile_top, max_name_column_width=60))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--depth", type=int, default=2)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--preset", choices=["tiny", "paper"], help="model sizes (default: paper on cuda, tiny on cpu)")
+    ap.add_argument("--depth", type=int, help="layers (default: 8 paper, 2 tiny)")
     ap.add_argument("--rounds", type=int, default=20, help="timed block pairs per figure")
     ap.add_argument("--block", type=int, default=10, help="steps per timed block (a multiple of every)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (pinned)")
-    ap.add_argument("--batch", type=int, default=8, help="sequences per micro-batch")
-    ap.add_argument("--seq", type=int, default=256, help="tokens per sequence")
+    ap.add_argument("--batch", type=int, help="sequences per micro-batch, bundled models (default: 8)")
+    ap.add_argument("--llama-batch", type=int, help="sequences per micro-batch, llama (default: 4 paper, 8 tiny)")
+    ap.add_argument("--seq", type=int, help="tokens per sequence (default: 4096 paper, 256 tiny)")
     ap.add_argument("--models", default="dense,moe,llama", help="comma list of dense, moe, llama, torch")
+    ap.add_argument("--modes", help="comma list of eager, compiled (default: both on cuda, eager on cpu)")
     ap.add_argument("--every", default="1,10", help="comma list of logging intervals")
-    ap.add_argument("--profile", action="store_true", help="time the hooks' functions instead (every=1)")
-    ap.add_argument("--control", action="store_true", help="plain against plain: the bench's noise floor")
+    ap.add_argument("--profile", action="store_true", help="torch.profiler top ops and hook timers (every=1)")
+    ap.add_argument("--profile-steps", type=int, default=3, help="steps per profiled side")
+    ap.add_argument("--profile-top", type=int, default=15, help="ops listed per profiled side")
+    ap.add_argument("--control", action="store_true", help="also plain against plain: the bench's noise floor")
+    ap.add_argument("--attention", action="store_true", help="the intercepted SDPA call alone: costly vs kernel path")
     args = ap.parse_args()
+    paper = (args.preset or ("paper" if args.device == "cuda" else "tiny")) == "paper"
+    args.depth = args.depth or (8 if paper else 2)
+    args.seq = args.seq or (4096 if paper else 256)
+    args.batch = args.batch or 8
+    args.llama_batch = args.llama_batch or (4 if paper else args.batch)
+    args.sizes = Sizes("paper" if paper else "tiny", args.depth, args.seq, args.device)
+    modes = (args.modes or ("eager,compiled" if args.device == "cuda" else "eager")).split(",")
     everies = [int(e) for e in args.every.split(",")]
     for e in everies:
         if e < 1 or args.block % e:
             ap.error(f"--block {args.block} must be a multiple of every={e} (each block logs the same count)")
+    for m in modes:
+        if m not in ("eager", "compiled"):
+            ap.error(f"--modes: unknown {m!r}; use a comma list of eager, compiled")
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
+    if args.attention:
+        attention_path(args)
+        return
+    z = args.sizes
     builders: dict[str, Callable[[], Trainee]] = {
-        "dense": lambda: bundled(args.depth, False, args.seq, args.device),
-        "moe": lambda: bundled(args.depth, True, args.seq, args.device),
-        "llama": lambda: hf_llama(args.depth, args.seq, args.device),
-        "torch": lambda: torch_encoder(args.depth, args.seq, args.device),
+        "dense": lambda: bundled(z, False),
+        "moe": lambda: bundled(z, True),
+        "llama": lambda: hf_llama(z),
+        "torch": lambda: torch_encoder(z),
     }
     labels = {"dense": "bundled dense", "moe": "bundled moe", "llama": "hf llama sdpa", "torch": "torch encoder"}
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     for n in names:
         if n not in builders:
             ap.error(f"--models: unknown {n!r}; use a comma list of {', '.join(builders)}")
+    clock = "wall" if args.device == "cuda" else "cpu"
+    table: list[tuple[str, str, dict[str, Figure]]] = []
     for n in names:
-        if args.profile:
-            profile(labels[n], builders[n], args)
-            continue
-        for every in everies:
-            r = measure(builders[n], every, args)
-            what = "control (no hooks)" if args.control else "hooks overhead"
-            print(
-                f"{what} {labels[n]} depth={args.depth} {args.batch}x{args.seq} every={every} "
-                f"{args.device} threads={args.threads}, {args.rounds} rounds of {args.block} steps: "
-                f"cpu-time {r['cpu']} | wall {r['wall']}",
-                flush=True,
-            )
+        for mode in modes:
+            if args.profile:
+                profile(labels[n], builders[n], args, mode)
+                continue
+            row: dict[str, Figure] = {}
+            runs = ([("control", 1, True)] if args.control else []) + [(f"every={e}", e, False) for e in everies]
+            for col, every, control in runs:
+                r = measure(builders[n], every, args, mode, control)
+                row[col] = r[clock]
+                what = "control (no hooks)" if control else "hooks overhead"
+                print(
+                    f"{what} {labels[n]} {mode} {z.preset} depth={z.depth} seq={z.seq} {col} {args.device} "
+                    f"threads={args.threads}, {args.rounds} rounds of {args.block} steps: "
+                    f"cpu-time {r['cpu']} | wall {r['wall']}",
+                    flush=True,
+                )
+            table.append((labels[n], mode, row))
+    if table:
+        cols = (["control"] if args.control else []) + [f"every={e}" for e in everies]
+        print(
+            f"\n| model ({z.preset}, depth {z.depth}, {args.device}, {clock} time) | mode | " + " | ".join(cols) + " |"
+        )
+        print("|---|---|" + "---|" * len(cols))
+        for label, mode, row in table:
+            cells = [f"{row[c].ratio:.4f}x ({row[c].hooked_ms:.1f} vs {row[c].plain_ms:.1f} ms)" for c in cols]
+            print(f"| {label} | {mode} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

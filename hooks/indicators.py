@@ -85,8 +85,14 @@ def router_lse(logits: torch.Tensor) -> torch.Tensor:
 
 
 def expert_counts(indices: torch.Tensor, n_experts: int) -> torch.Tensor:
-    """Tokens dispatched to each routed expert, from the selected expert indices (any shape)."""
-    return torch.bincount(indices.detach().reshape(-1).long(), minlength=n_experts)[:n_experts]
+    """Tokens dispatched to each routed expert, from the selected expert indices (any shape).
+
+    A scatter-add into ``n_experts + 1`` preallocated bins (indices outside the range land in the
+    last, dropped), not ``torch.bincount``: bincount sizes its output from the data's maximum,
+    which synchronizes the host with a GPU on every call."""
+    idx = indices.detach().reshape(-1).long().clamp(0, n_experts)
+    bins = torch.zeros(n_experts + 1, dtype=torch.int64, device=idx.device)
+    return bins.scatter_add_(0, idx, torch.ones_like(idx))[:n_experts]
 
 
 def max_vio(counts: list[float] | tuple[float, ...]) -> float:

@@ -94,13 +94,13 @@ def _run(name: str, compile_when: str | None, steps: int, inner: str = "inductor
     return values, (backend.graphs - graphs_after_warmup, dict(counters["graph_break"]), dict(mon.unavailable))
 
 
-# inductor on the models whose compile is quick on a CPU; AOT eager (the same functionalized
+# inductor on the model whose compile is quick on a CPU (the bundled dense under inductor passes
+# too, but its compile alone takes minutes on a shared 2-core machine); AOT eager (the same functionalized
 # graphs, dynamo guards and recompiles, without code generation) on the larger ones.
 @pytest.mark.parametrize(
     ("name", "inner", "whens"),
     [
         ("sdpa_blocks", "inductor", ("after", "before")),
-        ("bundled_dense", "inductor", ("after",)),
         ("hf_llama_sdpa", "aot_eager", ("after", "before")),
         ("bundled_dense", "aot_eager", ("before",)),
         ("bundled_moe", "aot_eager", ("after",)),
