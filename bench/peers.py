@@ -142,7 +142,7 @@ def mlflow_server(directory: Path) -> contextlib.AbstractContextManager[str]:  #
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600  # slow to start on a loaded machine
         while True:
             try:
                 with urllib.request.urlopen(url + "/health", timeout=2):
