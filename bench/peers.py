@@ -242,7 +242,7 @@ def main() -> int:
         ratio = f"{rate / base:.2f}x" if base else "-"
         read = "-"
         if "read_s" in runs[0] and runs[0]["read_n"] == 0:
-            read = "0 points read back"  # said, not hidden: e.g. Aim's query API returned nothing here
+            read = "  none read back"  # said, not hidden: e.g. Aim's query API returned nothing here
         elif "read_s" in runs[0]:
             read = f"{statistics.median(r['read_s'] for r in runs) * 1000:.1f} ms ({int(runs[0]['read_n'])})"
         print(f"{system:<24}{rate:>12,.0f}{ratio:>13}{bpp:>13.1f}{read:>18}")
