@@ -142,7 +142,7 @@ def mlflow_server(directory: Path) -> contextlib.AbstractContextManager[str]:  #
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600  # slow to start on a loaded machine
         while True:
             try:
                 with urllib.request.urlopen(url + "/health", timeout=2):
@@ -241,7 +241,9 @@ def main() -> int:
         bpp = statistics.median(r["bytes"] for r in runs) / n_points
         ratio = f"{rate / base:.2f}x" if base else "-"
         read = "-"
-        if "read_s" in runs[0]:
+        if "read_s" in runs[0] and runs[0]["read_n"] == 0:
+            read = "  none read back"  # said, not hidden: e.g. Aim's query API returned nothing here
+        elif "read_s" in runs[0]:
             read = f"{statistics.median(r['read_s'] for r in runs) * 1000:.1f} ms ({int(runs[0]['read_n'])})"
         print(f"{system:<24}{rate:>12,.0f}{ratio:>13}{bpp:>13.1f}{read:>18}")
     for system, why in skipped.items():

@@ -186,5 +186,7 @@ def _lock_latest(conn: Connection, run_id: int, name_ids: list[int]) -> dict[Ser
             f"SELECT name_id, layer, step FROM series_latest WHERE run_id = {mark} "
             f"AND name_id IN ({', '.join(mark for _ in chunk)}){lock}"
         )
-        out.update(((int(n), int(la)), int(s)) for n, la, s in conn.exec_driver_sql(sql, (run_id, *chunk)))
+        # the driver's rows straight from its cursor: no per-row Row objects for 512+ rows per batch
+        found = conn.exec_driver_sql(sql, (run_id, *chunk)).cursor.fetchall()
+        out.update(((n, la), s) for n, la, s in found)
     return out

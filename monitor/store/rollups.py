@@ -49,6 +49,7 @@ PointRow = tuple[int, int, int, int | None, float | None]  # name_id, layer, ste
 Acc = list[Any]  # [n, min_step, min_tokens, min_value, max_step, max_tokens, max_value]
 BlockRange = tuple[int, int]  # inclusive first and last block
 _VALUE = itemgetter(4)
+_KEY3 = itemgetter(0, 1, 2)
 _RANGES_PER_STATEMENT = 4_000  # SQLite binds at most 32,766 parameters: 4 per range
 
 ROLLUP_COLUMNS = (
@@ -93,6 +94,22 @@ def _fold(acc: Acc | None, n: int, lo: tuple[Any, Any, Any], hi: tuple[Any, Any,
     return acc
 
 
+def _level1(rows: Sequence[PointRow]) -> dict[tuple[int, int, int], Acc]:
+    """Level-1 accumulators of key-sorted point rows: builtin min/max keep the first (earliest) of equals."""
+    width = ROLLUP_LEVELS[1]
+    out: dict[tuple[int, int, int], Acc] = {}
+    for key, group in groupby(rows, key=lambda r: (r[0], r[1], r[2] // width)):
+        members = list(group)
+        finite = [r for r in members if r[4] is not None]
+        if finite:
+            lo = min(finite, key=_VALUE)
+            hi = max(finite, key=_VALUE)
+            out[key] = [len(members), lo[2], lo[3], lo[4], hi[2], hi[3], hi[4]]
+        else:
+            out[key] = [len(members), None, None, None, None, None, None]
+    return out
+
+
 def batch_summaries(run_id: int, rows: Sequence[PointRow]) -> list[tuple[Any, ...]]:
     """The rollup rows (``ROLLUP_COLUMNS`` order) summarising ``rows`` alone, every level, key-sorted.
 
@@ -101,16 +118,7 @@ def batch_summaries(run_id: int, rows: Sequence[PointRow]) -> list[tuple[Any, ..
     from the one below. The reference summary the tests and benchmarks compare the store against.
     """
     first_width = ROLLUP_LEVELS[1]
-    below: dict[tuple[int, int, int], Acc] = {}
-    for key, group in groupby(rows, key=lambda r: (r[0], r[1], r[2] // first_width)):
-        members = list(group)
-        finite = [r for r in members if r[4] is not None]
-        if finite:
-            lo = min(finite, key=_VALUE)
-            hi = max(finite, key=_VALUE)
-            below[key] = [len(members), lo[2], lo[3], lo[4], hi[2], hi[3], hi[4]]
-        else:
-            below[key] = [len(members), None, None, None, None, None, None]
+    below = _level1(rows)
     out: list[tuple[Any, ...]] = [(run_id, k[0], k[1], 1, k[2], *a) for k, a in below.items()]
     prev_width = first_width
     for level, width in ROLLUP_LEVELS.items():
@@ -187,7 +195,7 @@ def _read_in_ranges(
             params: Any = (*(list(col) for col in zip(*chunk)), run_id)
         else:
             params = (*(v for r in chunk for v in r), run_id)
-        out.extend(conn.exec_driver_sql(sql, params))
+        out.extend(conn.exec_driver_sql(sql, params).cursor.fetchall())  # driver rows: no Row objects
     return out
 
 
@@ -228,12 +236,9 @@ def seal_rollups(
             continue
         accs: dict[tuple[int, int, int], Acc] = {}
         if level == 1:
-            for n, la, step, tokens, value in _read_in_ranges(
-                conn, run_id, "t.step, t.tokens, t.value", "metric_points", "step", "", todo
-            ):
-                pt = (step, tokens, value)
-                k = (n, la, step // width)
-                accs[k] = _fold(accs.get(k), 1, pt, pt)
+            points = _read_in_ranges(conn, run_id, "t.step, t.tokens, t.value", "metric_points", "step", "", todo)
+            points.sort(key=_KEY3)
+            accs = _level1(points)
         else:
             cols = "t.block, t.n_points, t.min_step, t.min_tokens, t.min_value, t.max_step, t.max_tokens, t.max_value"
             for n, la, blk, cnt, s0, t0, v0, s1, t1, v1 in _read_in_ranges(

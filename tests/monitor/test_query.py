@@ -166,3 +166,23 @@ def test_run_filters_and_updates(client: TestClient) -> None:
     assert again.status_code == 200 and again.json()["id"] == a["id"] and again.json()["width"] == 1024
     idx = client.get(f"/api/v1/runs/{a['id']}/series_index").json()
     assert idx == []
+
+
+@pytest.mark.parametrize(("n", "buckets"), [(5000, 1), (5000, 5), (5000, 50), (4096, 1), (4096, 16), (4096, 256)])
+def test_spikes_in_the_open_tail_survive_downsampling(store: SqlStore, n: int, buckets: int) -> None:
+    """Rollups exist for sealed blocks only: extremes in the still-open blocks are read from the points.
+
+    With 4,096 steps the last block of each level ends exactly at the latest step: wholly inside the
+    range, yet not sealed (no row), so it must be read from the points.
+    """
+    run, _ = store.upsert_run("default", "tail", {})
+    spike, dip = n - 6, 4000
+
+    def value(s: int) -> float:
+        return 1e6 if s == spike else (-1e6 if s == dip else float(s % 13))
+
+    for first in range(0, n, 128):  # appended as training does
+        store.ingest(run.id, uuid.uuid4().hex, [Point("loss", s, value(s)) for s in range(first, min(n, first + 128))])
+    got = {p.step: p.value for p in store.series(run.id, "loss", None, buckets, None, None).points}
+    assert got[spike] == 1e6 and got[dip] == -1e6
+    assert all(v == value(s) for s, v in got.items())
