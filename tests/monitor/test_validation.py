@@ -224,3 +224,18 @@ def test_with_a_read_token_the_api_description_stays_open_and_the_data_closed(st
 def test_the_openapi_schema_states_the_run_name_rule(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()["components"]["schemas"]["RunCreate"]["properties"]["name"]
     assert schema["pattern"].startswith("^[A-Za-z0-9]")
+
+
+def test_a_constraint_the_input_breaks_is_a_422_naming_the_column_never_a_503(store: SqlStore) -> None:
+    """Below the API (another client of the store, an older model): still the request's fault."""
+    from hyperwatch.monitor.core.errors import InvalidInputError, StoreUnavailableError
+
+    with pytest.raises(InvalidInputError, match="description") as info:
+        store.upsert_group("default", "g", {"description": None})
+    assert not isinstance(info.value, StoreUnavailableError)
+    with pytest.raises(InvalidInputError, match="export_layers"):
+        store.upsert_run("default", "r", {"export_layers": None})
+    if store.engine.dialect.name == "postgresql":  # SQLite stores a NUL; PostgreSQL text cannot
+        with pytest.raises(InvalidInputError, match="NUL"):
+            store.upsert_run("default", "r", {"optimizer": "adam\x00w"})
+    assert store.list_runs() == [] and store.list_groups() == []
