@@ -170,6 +170,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--db", choices=["sqlite", "postgresql", "both"], default="both")
     p.add_argument("--max-examples", type=int, default=400, help="per operation and phase (default 400)")
+    p.add_argument("--seed", type=int, default=14, help="schemathesis seed (another seed, other cases)")
     p.add_argument("--keep", metavar="DIR", help="keep the HAR files and service logs in DIR")
     p.add_argument("--count-log", metavar="LOG", help="only count the access log of an earlier run's service")
     args = p.parse_args()
@@ -190,7 +191,7 @@ def main() -> int:
             url, pg_name = fresh_pg()
         try:
             upgrade(url)
-            result = fuzz(url, database, args.max_examples, workdir)
+            result = fuzz(url, database, args.max_examples, workdir, args.seed)
         finally:
             if pg_name:
                 drop_pg(pg_name)
