@@ -36,7 +36,6 @@ MAX_JSON_DEPTH = 64
 """Deepest nesting of objects and lists in a config (a training config is rarely deeper than 5)."""
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_ELIDED_CHARS = 200
 
 
 def _escape_one(match: re.Match[str]) -> str:
@@ -64,7 +63,7 @@ def sanitize_json(obj: Any, _depth: int = 0) -> Any:
     if isinstance(obj, str):
         return escape_surrogates(obj)
     if isinstance(obj, (dict, list, tuple, set, frozenset)) and _depth >= MAX_JSON_DEPTH:
-        return f"<nested deeper than {MAX_JSON_DEPTH} levels: {escape_surrogates(repr(obj)[:_ELIDED_CHARS])}>"
+        return f"<a {type(obj).__name__} nested deeper than {MAX_JSON_DEPTH} levels, left out>"  # no repr: it recurses
     if isinstance(obj, dict):
         return {escape_surrogates(str(k)): sanitize_json(v, _depth + 1) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -13,7 +13,6 @@ batch in one tight loop straight into :class:`hooks.schema.Point` objects and ha
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,7 +29,6 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from hyperwatch.hooks.jsonsafe import check_json, escape_surrogates
 from hyperwatch.hooks.schema import (
     MAX_LAYER,
     MAX_POINTS_PER_BATCH,
@@ -43,6 +41,16 @@ from hyperwatch.hooks.schema import (
     encode_value,
     validate_name,
     validate_run_name,
+)
+from hyperwatch.monitor.field_types import (
+    KEEP,
+    MAX_INT64,
+    Label,
+    Summary,
+    SummaryValue,
+    Text,
+    json_object,
+    not_null,
 )
 
 
@@ -250,120 +258,17 @@ class IngestOut(BaseModel):
 # One model on the way in and on the way out: whatever a create/update accepts, RunOut and GroupOut
 # can read back and send as UTF-8 JSON. Fields stored NOT NULL (config, summary, status, tags,
 # export_layers, description, thresholds) refuse an explicit null with a message saying what to
-# send instead; leaving a field out keeps the stored value.
-MAX_INT64 = 2**63 - 1
-KEEP: Any = None
-"""Default of a NOT NULL field in a create/update: left out, it keeps the stored value (never stored as null)."""
-MAX_SUMMARY_KEYS = 1000
-
-
-def _not_null(hint: str) -> Any:
-    def check(value: Any) -> Any:
-        if value is None:
-            raise ValueError(f"must not be null; {hint}, or leave the field out to keep the stored value")
-        return value
-
-    return BeforeValidator(check)
-
-
-def _json_object(field: str) -> Any:
-    def check(value: Any) -> Any:
-        if value is None:
-            raise ValueError("must be an object, not null; send {} to clear it, or leave the field out to keep it")
-        if not isinstance(value, dict):
-            raise ValueError(f"must be a JSON object, got {type(value).__name__}")
-        try:
-            return check_json(value, field)
-        except SchemaError as exc:
-            raise ValueError(str(exc)) from exc
-
-    return BeforeValidator(check)
-
-
-def _plain_text(value: Any) -> Any:
-    """Text stored in a column: no NUL (PostgreSQL text cannot hold it) and no lone surrogate (not UTF-8)."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise ValueError("contains a NUL character (\\x00), which cannot be stored; remove it")
-        if escape_surrogates(value) != value:
-            raise ValueError("contains a lone surrogate (not valid UTF-8); send UTF-8 text")
-    return value
-
-
-def _label(value: Any) -> Any:
-    """A short name (optimizer, parameterization): printable, one line."""
-    value = _plain_text(value)
-    if isinstance(value, str) and (not value.isprintable() or not value.strip()):
-        raise ValueError(f"must be printable text on one line (no control characters), got {value!r}")
-    return value
-
-
-def _summary_value(value: Any) -> Any:
-    """A summary value: a number (non-finite as its wire string), text, a boolean or null.
-
-    An integer too large for a float is stored as +/-Infinity, exactly as the JSON number ``1e400``
-    already is (Python's parser reads it as inf): one rule for any number beyond the float range.
-    """
-    if value is None or isinstance(value, (bool, float)):
-        return value
-    if isinstance(value, int):
-        try:
-            float(value)
-        except OverflowError:
-            return math.inf if value > 0 else -math.inf
-        return value
-    if isinstance(value, str):
-        if value in WIRE_TO_NONFINITE:
-            return WIRE_TO_NONFINITE[value]
-        return _plain_text(value)
-    raise ValueError(f"must be a number, a string, a boolean or null; got {type(value).__name__}")
-
-
-def _summary(value: Any) -> Any:
-    if value is None:
-        raise ValueError("must be an object, not null; send {} to change nothing, or leave the field out")
-    if not isinstance(value, dict):
-        raise ValueError(f"must be a JSON object of name -> value, got {type(value).__name__}")
-    if len(value) > MAX_SUMMARY_KEYS:
-        raise ValueError(f"has {len(value)} entries; the limit is {MAX_SUMMARY_KEYS}")
-    for key in value:
-        if isinstance(key, str):
-            _plain_text(key)
-    return value
-
-
-def _summary_out(value: Any) -> Any:
-    if isinstance(value, float):
-        return encode_value(value)
-    return value
-
-
-SummaryValue = Annotated[
-    bool | int | float | str | None,
-    BeforeValidator(_summary_value),
-    PlainSerializer(_summary_out, return_type=Any, when_used="json"),
-    WithJsonSchema(
-        {
-            "anyOf": [{"type": "number"}, {"type": "string"}, {"type": "boolean"}, {"type": "null"}],
-            "description": "a number (NaN, Infinity, -Infinity as those strings), text, a boolean or null",
-        }
-    ),
-]
-Summary = Annotated[dict[str, SummaryValue], BeforeValidator(_summary)]
-Label = Annotated[str, BeforeValidator(_label), Field(min_length=1, max_length=64)]
-Text = Annotated[str, BeforeValidator(_plain_text)]
-
-
+# send instead; leaving a field out keeps the stored value (the value types: monitor.field_types).
 class RunFields(Strict):
     """Fields a create or update may set; omitted fields are left as they are."""
 
     group: RunName | None = Field(default=None, description="group (sweep) name; created when new; null = no group")
-    status: Annotated[Status, _not_null("send one of running, finished, failed, crashed")] = Field(default=KEEP)
-    config: Annotated[dict[str, Any], _json_object("config")] = Field(
+    status: Annotated[Status, not_null("send one of running, finished, failed, crashed")] = Field(default=KEEP)
+    config: Annotated[dict[str, Any], json_object("config")] = Field(
         default=KEEP, description="free-form JSON object; NaN/Infinity floats are stored as those strings"
     )
     summary: Summary = Field(default=KEEP, description="merged into the stored summary, e.g. {'val_loss': 3.21}")
-    tags: Annotated[list[Tag], _not_null("send [] to remove every tag")] = Field(default=KEEP, max_length=100)
+    tags: Annotated[list[Tag], not_null("send [] to remove every tag")] = Field(default=KEEP, max_length=100)
     depth: int | None = Field(default=None, ge=1, le=100_000)
     width: int | None = Field(default=None, ge=1, le=10_000_000)
     total_params: int | None = Field(default=None, ge=0, le=MAX_INT64)
@@ -378,7 +283,7 @@ class RunFields(Strict):
     lr: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="peak learning rate (finite, > 0)")
     optimizer: Label | None = None
     parameterization: Label | None = None
-    export_layers: Annotated[bool, _not_null("send true or false")] = Field(
+    export_layers: Annotated[bool, not_null("send true or false")] = Field(
         default=KEEP, description="export per-layer gauges on /metrics (label layer)"
     )
     unavailable: dict[UnavailableKey, UnavailableReason] | None = Field(
@@ -449,9 +354,9 @@ class Thresholds(Strict):
 
 
 class GroupFields(Strict):
-    description: Annotated[Text, _not_null('send "" to clear it')] = Field(default=KEEP, max_length=10_000)
-    config: Annotated[dict[str, Any], _json_object("config")] = Field(default=KEEP)
-    thresholds: Annotated[Thresholds, _not_null("send {} for the defaults")] = Field(default=KEEP)
+    description: Annotated[Text, not_null('send "" to clear it')] = Field(default=KEEP, max_length=10_000)
+    config: Annotated[dict[str, Any], json_object("config")] = Field(default=KEEP)
+    thresholds: Annotated[Thresholds, not_null("send {} for the defaults")] = Field(default=KEEP)
 
 
 class GroupCreate(GroupFields):

@@ -20,6 +20,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -87,6 +88,22 @@ def count_har(path: Path, result: FuzzResult) -> None:
                 result.examples.append(f"{status} {req.get('method')} {req.get('url')} {body}")
 
 
+_ACCESS = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/1\.1" (?P<status>\d{3})')
+
+
+def count_access_log(path: Path, result: FuzzResult) -> None:
+    """The same counts from the service's access log (when the HAR is missing, e.g. a run cut short)."""
+    for m in _ACCESS.finditer(path.read_text(errors="replace")):
+        status = int(m["status"])
+        result.cases += 1
+        result.statuses[status] += 1
+        if status >= 500:
+            result.server_errors += 1
+            result.unavailable += status == 503
+            if len(result.examples) < 5:
+                result.examples.append(f"{status} {m['method']} {m['path']}")
+
+
 def fuzz(db_url: str, database: str, max_examples: int, workdir: Path, seed_value: int = 14) -> FuzzResult:
     """Serve ``db_url`` (migrated) and fuzz it; the service is killed afterwards."""
     result = FuzzResult(database)
@@ -123,10 +140,11 @@ def fuzz(db_url: str, database: str, max_examples: int, workdir: Path, seed_valu
         (workdir / f"schemathesis-{database}.txt").write_text(proc.stdout + proc.stderr)
         lines = proc.stdout.strip().splitlines()
         result.failed_checks = "\n".join(line.strip() for line in lines if line.lstrip().startswith("❌"))[-3000:]
-        if har.exists():
+        try:
             count_har(har, result)
-        else:
+        except (OSError, ValueError):  # no HAR or a cut one: the service's own access log
             result.failed_checks += "\n" + proc.stdout[-3000:] + proc.stderr[-3000:]
+            count_access_log(svc.log_path, result)
     finally:
         svc.kill()
     return result
@@ -152,8 +170,15 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--db", choices=["sqlite", "postgresql", "both"], default="both")
     p.add_argument("--max-examples", type=int, default=400, help="per operation and phase (default 400)")
+    p.add_argument("--seed", type=int, default=14, help="schemathesis seed (another seed, other cases)")
     p.add_argument("--keep", metavar="DIR", help="keep the HAR files and service logs in DIR")
+    p.add_argument("--count-log", metavar="LOG", help="only count the access log of an earlier run's service")
     args = p.parse_args()
+    if args.count_log:
+        result = FuzzResult(Path(args.count_log).stem)
+        count_access_log(Path(args.count_log), result)
+        print(result.line())
+        return 1 if result.server_errors else 0
     workdir = Path(args.keep or tempfile.mkdtemp(prefix="hw-fuzz-"))
     workdir.mkdir(parents=True, exist_ok=True)
     failed = False
@@ -166,7 +191,7 @@ def main() -> int:
             url, pg_name = fresh_pg()
         try:
             upgrade(url)
-            result = fuzz(url, database, args.max_examples, workdir)
+            result = fuzz(url, database, args.max_examples, workdir, args.seed)
         finally:
             if pg_name:
                 drop_pg(pg_name)

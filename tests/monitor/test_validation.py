@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 
 from hyperwatch.monitor.store import SqlStore
@@ -224,3 +226,58 @@ def test_with_a_read_token_the_api_description_stays_open_and_the_data_closed(st
 def test_the_openapi_schema_states_the_run_name_rule(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()["components"]["schemas"]["RunCreate"]["properties"]["name"]
     assert schema["pattern"].startswith("^[A-Za-z0-9]")
+
+
+def test_a_constraint_the_input_breaks_is_a_422_naming_the_column_never_a_503(store: SqlStore) -> None:
+    """Below the API (another client of the store, an older model): still the request's fault."""
+    from hyperwatch.monitor.core.errors import InvalidInputError, StoreUnavailableError
+
+    with pytest.raises(InvalidInputError, match="description") as info:
+        store.upsert_group("default", "g", {"description": None})
+    assert not isinstance(info.value, StoreUnavailableError)
+    with pytest.raises(InvalidInputError, match="export_layers"):
+        store.upsert_run("default", "r", {"export_layers": None})
+    if store.engine.dialect.name == "postgresql":  # SQLite stores a NUL; PostgreSQL text cannot
+        with pytest.raises(InvalidInputError, match="NUL"):
+            store.upsert_run("default", "r", {"optimizer": "adam\x00w"})
+    assert store.list_runs() == [] and store.list_groups() == []
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=5), kids, max_size=3),
+    max_leaves=12,
+)
+_WRITE = st.fixed_dictionaries(
+    {},
+    optional={
+        "config": _JSON,
+        "summary": _JSON,
+        "status": st.sampled_from(["running", "finished", "nope", None]),
+        "tags": st.none() | st.lists(st.text(max_size=4), max_size=2),
+        "flops": _JSON,
+        "lr": st.floats() | st.sampled_from(["Infinity", "NaN", None]),
+        "optimizer": st.none() | st.text(max_size=6),
+        "export_layers": st.none() | st.booleans() | st.integers(),
+        "group": st.none() | st.text(max_size=6),
+    },
+)
+_GROUP_WRITE = st.fixed_dictionaries(
+    {}, optional={"description": st.none() | st.text(max_size=6), "config": _JSON, "thresholds": _JSON}
+)
+
+
+@given(
+    writes=st.lists(
+        st.tuples(st.sampled_from(["run", "group"]), st.sampled_from(["a", "b\n"]), _WRITE | _GROUP_WRITE), max_size=4
+    )
+)
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+def test_after_any_writes_every_list_and_page_answers_200(client: TestClient, writes: list[Any]) -> None:
+    for kind, name, body in writes:
+        path = "/api/v1/runs" if kind == "run" else "/api/v1/groups"
+        if kind == "group":
+            body = {k: v for k, v in body.items() if k in ("description", "config", "thresholds")}
+        r = send(client, "POST", path, {"name": name, **body})
+        assert r.status_code < 500 and "Retry-After" not in r.headers, (body, r.status_code, r.text[:300])
+    lists_answer(client)
