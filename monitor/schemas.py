@@ -13,6 +13,7 @@ batch in one tight loop straight into :class:`hooks.schema.Point` objects and ha
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
