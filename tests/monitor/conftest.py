@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
+from hyperwatch.app import create_app  # the API and the pages, as `hyperwatch serve` assembles them
 from hyperwatch.monitor.core.config import Settings
-from hyperwatch.monitor.main import create_app
 from hyperwatch.monitor.store import SqlStore, migrate
 
 PG_ADMIN_URL = os.environ.get("HYPERWATCH_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
