@@ -10,6 +10,7 @@ generated into a temporary folder: Prometheus scrapes the service and evaluates
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import logging
 import os
@@ -23,7 +24,7 @@ import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Self
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,29 @@ def python_env(*, keep_hyperwatch: bool = True, **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-class ServiceProcess:
+class _Children(abc.ABC):
+    """A context manager over ``start()`` and ``stop()``: a failed start still stops what it began."""
+
+    @abc.abstractmethod
+    def start(self) -> Self: ...
+
+    @abc.abstractmethod
+    def stop(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class ServiceProcess(_Children):
     """``hyperwatch serve`` as a child process; a context manager that yields itself, ready.
 
     ``upgrade`` runs ``hyperwatch db upgrade`` first (a fresh database is created). ``log_path``
@@ -183,18 +206,6 @@ class ServiceProcess:
             self._out.close()
             self._out = None
 
-    def __enter__(self) -> ServiceProcess:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
 
 PROMETHEUS_BIN = "/usr/bin/prometheus"
 ALERTMANAGER_BIN = "/usr/bin/prometheus-alertmanager"
@@ -229,7 +240,7 @@ def fast_rules(rules: str, window: str = "60s", offset: str = "10s", for_: str =
     return re.sub(r"(?m)^(\s+)for: \S+$", rf"\g<1>for: {for_}", out)
 
 
-class AlertingStack:
+class AlertingStack(_Children):
     """Prometheus and Alertmanager as child processes wired to a running service at ``service_url``.
 
     Prometheus scrapes ``service_url/metrics`` every ``interval`` and evaluates the (shortened,
@@ -338,18 +349,6 @@ class AlertingStack:
         self._logs.clear()
         shutil.rmtree(self.dir / "prom-data", ignore_errors=True)
         shutil.rmtree(self.dir / "am-data", ignore_errors=True)
-
-    def __enter__(self) -> AlertingStack:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 __all__ = [
