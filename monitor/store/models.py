@@ -34,6 +34,7 @@ from datetime import datetime
 from sqlalchemy import (
     JSON,
     BigInteger,
+    LargeBinary,
     Boolean,
     DateTime,
     Float,
@@ -57,6 +58,9 @@ RUN_LEVEL_LAYER = -1
 
 ROLLUP_LEVELS: dict[int, int] = {1: 16, 2: 256, 3: 4096}
 """rollup level -> block width in steps; each level is built from the one below it."""
+
+CHUNK_STEPS = 16
+"""Steps per ``metric_chunks`` row: the level-1 rollup width, so a chunk seals when its rollup block does."""
 
 SmallId = SmallInteger().with_variant(Integer(), "sqlite")
 Double = Float(precision=53).with_variant(Float(), "sqlite")
@@ -158,6 +162,30 @@ class MetricPointRow(Base):
     step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     value: Mapped[float | None] = mapped_column(Double, nullable=True)
+
+
+class MetricChunkRow(Base):
+    """The points of one series in steps [chunk * CHUNK_STEPS, (chunk + 1) * CHUNK_STEPS), packed (monitor.store.chunks)."""
+
+    __tablename__ = "metric_chunks"
+    __table_args__ = (
+        Index(
+            "ix_metric_chunks_nonfinite",
+            "run_id",
+            "name_id",
+            "layer",
+            "chunk",
+            sqlite_where=text("nonfinite > 0"),
+            postgresql_where=text("nonfinite > 0"),
+        ),
+        {"sqlite_with_rowid": False},
+    )
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    name_id: Mapped[int] = mapped_column(SmallId, primary_key=True)
+    layer: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    chunk: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    nonfinite: Mapped[int] = mapped_column(SmallInteger)  # NaN/+-Inf points inside: > 0 is in the partial index
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class MetricRollupRow(Base):

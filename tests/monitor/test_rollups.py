@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import event, text
 
 from hyperwatch.hooks.schema import Point
-from hyperwatch.monitor.store import SqlStore
+from hyperwatch.monitor.store import SqlStore, chunks
 from hyperwatch.monitor.store.models import ROLLUP_LEVELS
 from hyperwatch.monitor.store.rollups import batch_summaries
 
@@ -25,7 +25,7 @@ Row = tuple[Any, ...]
 
 def brute_force(store: SqlStore) -> dict[tuple[int, int, int, int, int], Row]:
     with store.engine.connect() as conn:
-        points = conn.execute(text("SELECT run_id, name_id, layer, step, tokens, value FROM metric_points")).all()
+        points = chunks.all_points(conn)  # hot rows and chunks alike
     out: dict[tuple[int, int, int, int, int], list[Any]] = {}
     for run_id, name_id, layer, step, tokens, value in sorted(points, key=lambda r: (r[0], r[1], r[2], r[3])):
         for level, width in ROLLUP_LEVELS.items():
