@@ -58,10 +58,11 @@ def store_sealed(
     cold: Sequence[PointRow],
     before: Mapping[SeriesKey, int],
     after: Mapping[SeriesKey, int],
-) -> Known:
+) -> tuple[Known, int]:
     """Write the chunks a batch seals or touches; ``cold``: the batch's points below their new boundary.
 
     ``before``/``after``: every touched series' latest step before (-1: none) and after the batch.
+    Returns what the chunks written hold and how many hot rows were moved (deleted) into them.
     """
     spans: dict[SeriesKey, list[tuple[int, int]]] = defaultdict(list)
     take: list[tuple[int, int, int, int]] = []
@@ -73,9 +74,10 @@ def store_sealed(
                 take.append((*key, c_old * CHUNK_STEPS, c_new * CHUNK_STEPS - 1))
     late = sorted({(r[0], r[1], r[2] // CHUNK_STEPS) for r in cold if r[2] < boundary(before[(r[0], r[1])])})
     if not take and not late and not cold:
-        return {}
+        return {}, 0
     merged: dict[tuple[int, int, int], dict[int, Cand]] = defaultdict(dict)
-    for n, la, s, t, v in _take_hot(conn, run_id, take):
+    moved = _take_hot(conn, run_id, take)
+    for n, la, s, t, v in moved:
         merged[(n, la, s // CHUNK_STEPS)][s] = (s, t, v)
     if late:
         ranges = [(n, la, c, c) for n, la, c in late]
@@ -94,7 +96,7 @@ def store_sealed(
         out_rows.append((run_id, n, la, c, nonfinite, blob))
         listed[(n, la)] += pts
     bulk_write(conn, "metric_chunks", CHUNK_COLUMNS, _CHUNK_TYPES, out_rows, _CHUNK_KEY, _CHUNK_SET)
-    return {k: (_merged(v), listed.get(k, [])) for k, v in spans.items()}
+    return {k: (_merged(v), listed.get(k, [])) for k, v in spans.items()}, len(moved)
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

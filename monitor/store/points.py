@@ -106,10 +106,13 @@ def point_rows(points: Sequence[Point], name_ids: dict[str, int]) -> list[PointR
     return [rows[k] for k in sorted(rows)]
 
 
-def write_points(conn: Connection, run_id: int, points: Sequence[Point], name_ids: dict[str, int]) -> None:
-    """Store the points of a claimed batch with their latest values, sealed chunks and rollups, the run's progress."""
+def write_points(conn: Connection, run_id: int, points: Sequence[Point], name_ids: dict[str, int]) -> int:
+    """Store the points of a claimed batch with their latest values, sealed chunks and rollups, the run's progress.
+
+    Returns how many hot rows were moved into chunks (deleted from ``metric_points``: see :mod:`.hot`).
+    """
     if not points:
-        return
+        return 0
     rows = point_rows(points, name_ids)
     before = _lock_latest(conn, run_id, sorted({(r[0], r[1]) for r in rows}))
     steps: dict[SeriesKey, list[int]] = defaultdict(list)
@@ -120,7 +123,7 @@ def write_points(conn: Connection, run_id: int, points: Sequence[Point], name_id
     hot = [r for r in rows if r[2] >= edge[(r[0], r[1])]]
     cold = [r for r in rows if r[2] < edge[(r[0], r[1])]] if len(hot) < len(rows) else []
     _insert_points(conn, run_id, hot, before)
-    known = store_sealed(conn, run_id, cold, before, after)
+    known, moved = store_sealed(conn, run_id, cold, before, after)
     # rows are key-sorted: the last row of a series is its latest
     latest = {(r[0], r[1]): (run_id, r[0], r[1], r[2], r[4]) for r in rows}
     bulk_write(
@@ -147,6 +150,7 @@ def write_points(conn: Connection, run_id: int, points: Sequence[Point], name_id
             ),
         )
     )
+    return moved
 
 
 def _insert_points(conn: Connection, run_id: int, rows: list[PointRow], before: dict[SeriesKey, int]) -> None:

@@ -14,6 +14,7 @@ from hyperwatch.monitor.core.errors import InvalidInputError, NotFoundError
 from hyperwatch.monitor.store import migrate, repair
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.engine import BUSY_TIMEOUT_MS, make_engine, managed, retry_busy
+from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.entities import (
     ACTIVE_STATUS,
     RUN_STATUSES,
@@ -46,6 +47,7 @@ class SqlStore(SeriesMixin, Store):
         else:
             self.engine = url_or_engine
         self._name_ids: dict[str, int] = {}
+        self.hot_vacuum = HotVacuum(self.engine)
 
     # -- health ----------------------------------------------------------------------------------
     def ping(self) -> None:
@@ -57,6 +59,7 @@ class SqlStore(SeriesMixin, Store):
             migrate.check_schema(self.engine)
 
     def close(self) -> None:
+        self.hot_vacuum.wait()
         self.engine.dispose()
 
     # -- helpers ---------------------------------------------------------------------------------
