@@ -6,7 +6,8 @@ and monitor/store/chunks.py for the format). Upgrade moves every series' points 
 boundary (``latest // 16 * 16``, latest from ``series_latest``) into chunks and deletes them from
 ``metric_points``; downgrade unpacks every chunk back into ``metric_points``. A series with points
 but no ``series_latest`` row (never written by the service; a hand load) gets one first, since
-the writer reads each series' boundary from there.
+the writer reads each series' boundary from there. On PostgreSQL ``series_latest`` gets fillfactor
+50 (see below).
 
 Revision ID: 0005_metric_chunks
 Revises: 0004_alert_source
@@ -54,6 +55,10 @@ def upgrade() -> None:
         postgresql_where=sa.text("nonfinite > 0"),
     )
     conn = op.get_bind()
+    if conn.dialect.name == "postgresql":
+        # rewritten by every batch: room on each page lets an update stay on its page (HOT) and the
+        # dead versions be pruned there, instead of the table growing by a row per series and batch
+        op.execute("ALTER TABLE series_latest SET (fillfactor = 50)")
     conn.execute(
         sa.text(
             "INSERT INTO series_latest (run_id, name_id, layer, step, value) "
@@ -87,6 +92,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     conn = op.get_bind()
+    if conn.dialect.name == "postgresql":
+        op.execute("ALTER TABLE series_latest RESET (fillfactor)")
     insert = sa.text(
         "INSERT INTO metric_points (run_id, name_id, layer, step, tokens, value) VALUES (:r, :n, :l, :s, :t, :v)"
     )

@@ -115,7 +115,7 @@ def _take_hot(conn: Connection, run_id: int, ranges: list[tuple[int, int, int, i
         return []
     if conn.dialect.name == "postgresql":
         params = (*(list(col) for col in zip(*ranges)), run_id)
-        return conn.exec_driver_sql(_TAKE_PG, params).cursor.fetchall()  # type: ignore[no-any-return]
+        return conn.exec_driver_sql(_TAKE_PG, params).cursor.fetchall()  # type: ignore[return-value]
     # SQLite: in-process, so a read then a delete per range costs no round trip
     rows = read_in_ranges(conn, run_id, "t.step, t.tokens, t.value", "metric_points", "step", "", ranges)
     conn.exec_driver_sql(_DELETE_SQLITE, [(run_id, *r) for r in ranges])

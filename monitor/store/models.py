@@ -34,13 +34,13 @@ from datetime import datetime
 from sqlalchemy import (
     JSON,
     BigInteger,
-    LargeBinary,
     Boolean,
     DateTime,
     Float,
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -165,7 +165,7 @@ class MetricPointRow(Base):
 
 
 class MetricChunkRow(Base):
-    """The points of one series in steps [chunk * CHUNK_STEPS, (chunk + 1) * CHUNK_STEPS), packed (monitor.store.chunks)."""
+    """One series' points in steps [chunk * CHUNK_STEPS, (chunk + 1) * CHUNK_STEPS), packed (see store.chunks)."""
 
     __tablename__ = "metric_chunks"
     __table_args__ = (

@@ -14,7 +14,6 @@ from hyperwatch.monitor.core.errors import InvalidInputError, NotFoundError
 from hyperwatch.monitor.store import migrate, repair
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.engine import BUSY_TIMEOUT_MS, make_engine, managed, retry_busy
-from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.entities import (
     ACTIVE_STATUS,
     RUN_STATUSES,
@@ -22,6 +21,7 @@ from hyperwatch.monitor.store.entities import (
     Group,
     Run,
 )
+from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.models import (
     GroupRow,
     MetricNameRow,

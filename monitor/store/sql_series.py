@@ -13,7 +13,6 @@ from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import downsample as ds
 from hyperwatch.monitor.store.base import Detector
 from hyperwatch.monitor.store.engine import managed, retry_busy
-from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.entities import (
     ACTIVE_STATUS,
     Alert,
@@ -26,6 +25,7 @@ from hyperwatch.monitor.store.entities import (
     SeriesInfo,
     SeriesPoint,
 )
+from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.models import AlertEventRow, MetricNameRow, ProjectRow, RunRow, SeriesLatestRow
 from hyperwatch.monitor.store.points import (
     api_layer,

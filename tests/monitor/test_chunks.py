@@ -111,9 +111,13 @@ def test_hot_rows_and_chunks_split_at_the_boundary(store: SqlStore) -> None:
     with store.engine.connect() as conn:
         latest = {
             (n, la): s
-            for n, la, s in conn.execute(text("SELECT name_id, layer, step FROM series_latest WHERE run_id = :r"), {"r": run_id})
+            for n, la, s in conn.execute(
+                text("SELECT name_id, layer, step FROM series_latest WHERE run_id = :r"), {"r": run_id}
+            )
         }
-        hot = conn.execute(text("SELECT name_id, layer, step FROM metric_points WHERE run_id = :r"), {"r": run_id}).all()
+        hot = conn.execute(
+            text("SELECT name_id, layer, step FROM metric_points WHERE run_id = :r"), {"r": run_id}
+        ).all()
         n_chunks = conn.execute(text("SELECT count(*) FROM metric_chunks WHERE run_id = :r"), {"r": run_id}).scalar()
         every = chunks.all_points(conn, run_id)
     assert n_chunks and n_chunks > 20 and hot  # both tables in use
@@ -133,7 +137,9 @@ def test_every_read_sees_hot_and_chunked_points_alike(store: SqlStore, seed: int
         assert _same([(p.step, p.tokens, p.value) for p in whole.points], want), (name, layer)
         lo, hi = 5, max(want) - 7  # edges in the middle of chunks
         part = store.series(run_id, name, layer, 10**6, lo, hi)
-        assert _same([(p.step, p.tokens, p.value) for p in part.points], {s: v for s, v in want.items() if lo <= s <= hi})
+        assert _same(
+            [(p.step, p.tokens, p.value) for p in part.points], {s: v for s, v in want.items() if lo <= s <= hi}
+        )
         for before in (3, max(want) // 2, max(want) + 1):
             window = store.trailing_values(run_id, name, layer, before, 50)
             expected = [want[s][1] for s in sorted(want) if s < before][-50:]
@@ -182,7 +188,11 @@ def test_late_write_rewrites_its_chunk_in_place(store: SqlStore) -> None:
 def test_hot_table_is_vacuumed_on_postgresql(store: SqlStore) -> None:
     run, _ = store.upsert_run("default", "vacuum", {})
     for step in range(0, 4 * W, 4):  # 64 series x 64 steps: 4,096 hot rows moved into chunks
-        store.ingest(run.id, uuid.uuid4().hex, [Point("attention_z", s, 1.0, layer=la) for s in range(step, step + 4) for la in range(64)])
+        store.ingest(
+            run.id,
+            uuid.uuid4().hex,
+            [Point("attention_z", s, 1.0, layer=la) for s in range(step, step + 4) for la in range(64)],
+        )
     store.ingest(run.id, uuid.uuid4().hex, [Point("attention_z", 4 * W, 1.0, layer=la) for la in range(64)])
     store.hot_vacuum.wait()
     assert store.hot_vacuum.runs == (1 if store.engine.dialect.name == "postgresql" else 0)
