@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 import random
 import struct
+import threading
 import uuid
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import SqlStore, chunks
@@ -196,3 +197,32 @@ def test_hot_table_is_vacuumed_on_postgresql(store: SqlStore) -> None:
     store.ingest(run.id, uuid.uuid4().hex, [Point("attention_z", 4 * W, 1.0, layer=la) for la in range(64)])
     store.hot_vacuum.wait()
     assert store.hot_vacuum.runs == (1 if store.engine.dialect.name == "postgresql" else 0)
+
+
+def test_a_read_straddling_a_compaction_sees_every_point_once(store: SqlStore) -> None:
+    """A writer moves hot rows into a chunk between a reader's chunk read and its hot-row read:
+    the reader still sees each step exactly once (one snapshot for the whole read)."""
+    run, _ = store.upsert_run("default", "race", {})
+    store.ingest(run.id, uuid.uuid4().hex, [Point("loss", s, float(s)) for s in range(W + 5)])
+    reader = threading.get_ident()
+    fired: list[int] = []
+
+    def compact_now(_conn: Any, _cur: Any, statement: str, *_args: Any) -> None:
+        hot_read = statement.startswith("SELECT step, tokens, value FROM metric_points") and "LIMIT" not in statement
+        if threading.get_ident() == reader and hot_read and not fired:
+            fired.append(1)  # steps W..W+5 move into chunk 1 and commit, from another connection
+            t = threading.Thread(target=store.ingest, args=(run.id, "crossing", [Point("loss", 2 * W, 0.0)]))
+            t.start()
+            t.join()
+
+    event.listen(store.engine, "before_cursor_execute", compact_now)
+    try:
+        steps = [p.step for p in store.series(run.id, "loss", None, 10**6, None, None).points]
+    finally:
+        event.remove(store.engine, "before_cursor_execute", compact_now)
+    assert fired
+    assert steps == list(range(W + 5))  # the snapshot before the crossing batch, whole
+    assert [p.step for p in store.series(run.id, "loss", None, 10**6, None, None).points] == [
+        *range(W + 5),
+        2 * W,
+    ]
