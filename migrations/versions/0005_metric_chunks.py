@@ -2,7 +2,8 @@
 
 Why: on PostgreSQL a one-row-per-point table costs ~94 B a point whatever it holds (tuple header,
 line pointer, index entry); a chunk row spreads that over 16 points (see monitor/store/models.py
-and monitor/store/chunks.py for the format). Upgrade moves every series' points below its sealed
+and monitor/store/chunks.py for the format). SQLite gets the (empty) table but keeps its points as
+rows (monitor/store/compact.py says why). On PostgreSQL, upgrade moves every series' points below its sealed
 boundary (``latest // 16 * 16``, latest from ``series_latest``) into chunks and deletes them from
 ``metric_points``; downgrade unpacks every chunk back into ``metric_points``. A series with points
 but no ``series_latest`` row (never written by the service; a hand load) gets one first, since
@@ -22,6 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from hyperwatch.monitor.store import chunks
+from hyperwatch.monitor.store.compact import COMPACTING_DIALECTS
 from hyperwatch.monitor.store.models import CHUNK_STEPS
 
 revision = "0005_metric_chunks"
@@ -68,6 +70,8 @@ def upgrade() -> None:
             "WHERE s.run_id = p.run_id AND s.name_id = p.name_id AND s.layer = p.layer)"
         )
     )
+    if conn.dialect.name not in COMPACTING_DIALECTS:
+        return  # SQLite keeps one row per point (see monitor.store.compact)
     series = conn.execute(sa.text("SELECT run_id, name_id, layer, step FROM series_latest ORDER BY 1, 2, 3")).all()
     insert = sa.text(
         "INSERT INTO metric_chunks (run_id, name_id, layer, chunk, nonfinite, data) VALUES (:r, :n, :l, :c, :f, :d)"

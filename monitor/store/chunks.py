@@ -17,7 +17,8 @@ The blob, little-endian, version 1::
 - values: IEEE doubles as sent, NaN as NaN (the store's NULL <-> NaN mapping is applied here, so a
   decoded point reads exactly like a ``metric_points`` row: value None for NaN, +-Inf themselves).
 
-Points are decoded in Python: a chunk is small and the reads that decode (range edges, open tails,
+Packing and unpacking use ``struct`` (for 16 points quicker than numpy). Points are decoded in
+Python: a chunk is small and the reads that decode (range edges, open tails,
 non-finite events, trailing windows) touch a few chunks; wide reads go to the rollups.
 """
 
@@ -28,7 +29,6 @@ import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import numpy as np
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
@@ -48,51 +48,58 @@ assert CHUNK_STEPS <= 65536
 
 
 def encode(chunk: int, points: Sequence[Cand]) -> tuple[bytes, int]:
-    """(blob, count of NaN/+-Inf values) of step-sorted, distinct ``points`` of chunk ``chunk``."""
+    """(blob, count of NaN/+-Inf values) of step-sorted, distinct ``points`` of chunk ``chunk``.
+
+    Plain ``struct`` packing: for 16 points it is several times quicker than building numpy arrays.
+    """
     n = len(points)
     if not 0 < n <= CHUNK_STEPS:
         raise ValueError(f"points: a chunk holds 1 to {CHUNK_STEPS} points, got {n}")
     base = chunk * CHUNK_STEPS
-    offsets = [p[0] - base for p in points]
-    if offsets[0] < 0 or offsets[-1] >= CHUNK_STEPS:
-        raise ValueError(f"points: steps {points[0][0]}..{points[-1][0]} lie outside chunk {chunk}")
+    steps, tokens, raw = zip(*points)
+    first, last = steps[0] - base, steps[-1] - base
+    if first < 0 or last >= CHUNK_STEPS:
+        raise ValueError(f"points: steps {steps[0]}..{steps[-1]} lie outside chunk {chunk}")
     flags = 0
     parts: list[bytes] = []
-    if offsets[-1] - offsets[0] == n - 1:
+    if last - first == n - 1:
         flags |= DENSE
-        parts.append(_U16.pack(offsets[0]))
+        parts.append(_U16.pack(first))
     else:
-        parts.append(np.asarray(offsets, dtype="<u2").tobytes())
-    tokens = [p[1] for p in points]
-    if all(t is None for t in tokens):
+        parts.append(struct.pack(f"<{n}H", *(s - base for s in steps)))
+    if None not in tokens:
+        linear = _linear(steps, tokens)
+        if linear is not None:
+            flags |= TOK_LINEAR
+            parts.append(_LINEAR.pack(*linear))
+        else:
+            parts.append(struct.pack(f"<{n}q", *tokens))
+    elif tokens.count(None) == n:
         flags |= TOK_NONE
-    elif (linear := _linear(offsets, tokens)) is not None:
-        flags |= TOK_LINEAR
-        parts.append(_LINEAR.pack(*linear))
     else:
-        if any(t is None for t in tokens):
-            flags |= TOK_MASK
-            parts.append(np.packbits(np.array([t is None for t in tokens]), bitorder="little").tobytes())
-        parts.append(np.asarray([0 if t is None else t for t in tokens], dtype="<i8").tobytes())
-    values = [math.nan if p[2] is None else p[2] for p in points]
-    parts.append(np.asarray(values, dtype="<f8").tobytes())
-    nonfinite = sum(1 for v in values if not math.isfinite(v))
+        flags |= TOK_MASK
+        mask = bytearray(-(-n // 8))
+        for i, t in enumerate(tokens):
+            if t is None:
+                mask[i >> 3] |= 1 << (i & 7)
+        parts.append(bytes(mask))
+        parts.append(struct.pack(f"<{n}q", *(0 if t is None else t for t in tokens)))
+    values = [math.nan if v is None else v for v in raw]
+    parts.append(struct.pack(f"<{n}d", *values))
+    nonfinite = n - sum(map(math.isfinite, values))
     return _HEAD.pack(VERSION, flags, n) + b"".join(parts), nonfinite
 
 
-def _linear(offsets: list[int], tokens: list[int | None]) -> tuple[int, int] | None:
-    """(t0, dt) when every token is ``t0 + dt * (offset - offsets[0])`` exactly, all within int64."""
-    if any(t is None for t in tokens):
-        return None
+def _linear(steps: Sequence[int], tokens: Sequence[int]) -> tuple[int, int] | None:
+    """(t0, dt) when every token is ``t0 + dt * (step - steps[0])`` exactly, dt within int64."""
     t0 = tokens[0]
-    assert t0 is not None
     if len(tokens) == 1:
         return t0, 0
-    span = offsets[1] - offsets[0]
-    dt, rest = divmod(tokens[1] - t0, span)  # type: ignore[operator]
+    dt, rest = divmod(tokens[1] - t0, steps[1] - steps[0])
     if rest or not _I64_MIN <= dt <= _I64_MAX:
         return None
-    if all(t == t0 + dt * (o - offsets[0]) for o, t in zip(offsets, tokens)):
+    s0 = steps[0]
+    if all(t == t0 + dt * (s - s0) for s, t in zip(steps, tokens)):
         return t0, dt
     return None
 
@@ -109,7 +116,7 @@ def decode(chunk: int, blob: bytes) -> list[Cand]:
         steps: Sequence[int] = range(first, first + n)
         pos += 2
     else:
-        steps = [base + o for o in np.frombuffer(blob, "<u2", n, pos).tolist()]
+        steps = [base + o for o in struct.unpack_from(f"<{n}H", blob, pos)]
         pos += 2 * n
     tokens: Sequence[int | None]
     if flags & TOK_NONE:
@@ -122,14 +129,13 @@ def decode(chunk: int, blob: bytes) -> list[Cand]:
     else:
         mask = None
         if flags & TOK_MASK:
-            size = -(-n // 8)
-            mask = np.unpackbits(np.frombuffer(blob, np.uint8, size, pos), count=n, bitorder="little").tolist()
-            pos += size
-        tokens = np.frombuffer(blob, "<i8", n, pos).tolist()
+            mask = blob[pos : pos - (-n // 8)]
+            pos -= -n // 8
+        tokens = struct.unpack_from(f"<{n}q", blob, pos)
         pos += 8 * n
         if mask is not None:
-            tokens = [None if m else t for m, t in zip(mask, tokens)]
-    values = np.frombuffer(blob, "<f8", n, pos).tolist()
+            tokens = [None if mask[i >> 3] >> (i & 7) & 1 else t for i, t in enumerate(tokens)]
+    values = struct.unpack_from(f"<{n}d", blob, pos)
     return [(s, t, None if v != v else v) for s, t, v in zip(steps, tokens, values)]
 
 

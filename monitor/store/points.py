@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection
 
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store.bulk import bulk_write
-from hyperwatch.monitor.store.compact import boundary, store_sealed
+from hyperwatch.monitor.store.compact import Known, boundary, compacts, store_sealed
 from hyperwatch.monitor.store.models import RUN_LEVEL_LAYER, IngestedBatchRow, RunRow
 from hyperwatch.monitor.store.rollups import PointRow, SeriesKey, seal_rollups
 
@@ -119,11 +119,16 @@ def write_points(conn: Connection, run_id: int, points: Sequence[Point], name_id
     for r in rows:
         steps[(r[0], r[1])].append(r[2])
     after = {k: max(v[-1], before[k]) for k, v in steps.items()}  # rows are key-sorted: v[-1] is the max
-    edge = {k: boundary(v) for k, v in after.items()}
-    hot = [r for r in rows if r[2] >= edge[(r[0], r[1])]]
-    cold = [r for r in rows if r[2] < edge[(r[0], r[1])]] if len(hot) < len(rows) else []
-    _insert_points(conn, run_id, hot, before)
-    known, moved = store_sealed(conn, run_id, cold, before, after)
+    known: Known = {}
+    moved = 0
+    if compacts(conn):
+        edge = {k: boundary(v) for k, v in after.items()}
+        hot = [r for r in rows if r[2] >= edge[(r[0], r[1])]]
+        cold = [r for r in rows if r[2] < edge[(r[0], r[1])]] if len(hot) < len(rows) else []
+        _insert_points(conn, run_id, hot, before)
+        known, moved = store_sealed(conn, run_id, cold, before, after)
+    else:
+        _insert_points(conn, run_id, rows, before)
     # rows are key-sorted: the last row of a series is its latest
     latest = {(r[0], r[1]): (run_id, r[0], r[1], r[2], r[4]) for r in rows}
     bulk_write(

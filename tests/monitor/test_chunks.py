@@ -1,5 +1,8 @@
 """Sealed points packed into ``metric_chunks``: the codec is exact, and every read sees hot and chunked alike.
 
+Chunks are written on PostgreSQL only (SQLite keeps rows: see monitor.store.compact); the read
+tests run on both, so SQLite checks the same reads over rows alone.
+
 The reference is a plain dict of what was sent (last write wins per key, NaN as NaN); the store's
 answers, whichever table holds each point, must equal it.
 """
@@ -11,13 +14,14 @@ import random
 import struct
 import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import event, text
 
 from hyperwatch.hooks.schema import Point
-from hyperwatch.monitor.store import SqlStore, chunks
+from hyperwatch.monitor.store import SqlStore, chunks, migrate
 from hyperwatch.monitor.store.compact import boundary
 from hyperwatch.monitor.store.models import CHUNK_STEPS
 
@@ -70,6 +74,15 @@ def test_codec_refuses_points_outside_the_chunk() -> None:
         chunks.decode(0, b"\x09\x00\x01\x00")
 
 
+@pytest.fixture
+def pg_store(pg_url: str) -> Iterator[SqlStore]:
+    """PostgreSQL: the dialect whose writer moves sealed points into chunks (see store.compact)."""
+    s = SqlStore(pg_url)
+    migrate.upgrade(s.engine)
+    yield s
+    s.close()
+
+
 def _ingest(store: SqlStore, run_id: int, ref: Ref, pts: list[Point]) -> None:
     store.ingest(run_id, uuid.uuid4().hex, pts)
     for p in pts:  # within a batch the last occurrence wins, as across batches
@@ -107,7 +120,8 @@ def _same(got: list[tuple[int, int | None, float]], want: dict[int, tuple[int | 
     )
 
 
-def test_hot_rows_and_chunks_split_at_the_boundary(store: SqlStore) -> None:
+def test_hot_rows_and_chunks_split_at_the_boundary(pg_store: SqlStore) -> None:
+    store = pg_store
     run_id, ref = _random_history(store, 1)
     with store.engine.connect() as conn:
         latest = {
@@ -165,7 +179,8 @@ def test_every_read_sees_hot_and_chunked_points_alike(store: SqlStore, seed: int
                 assert s in got and (math.isnan(got[s]) if math.isnan(v) else got[s] == v)
 
 
-def test_late_write_rewrites_its_chunk_in_place(store: SqlStore) -> None:
+def test_late_write_rewrites_its_chunk_in_place(pg_store: SqlStore) -> None:
+    store = pg_store
     run, _ = store.upsert_run("default", "late", {})
     store.ingest(run.id, uuid.uuid4().hex, [Point("loss", s, float(s), tokens=s) for s in range(100)])
     with store.engine.connect() as conn:
@@ -197,6 +212,14 @@ def test_hot_table_is_vacuumed_on_postgresql(store: SqlStore) -> None:
     store.ingest(run.id, uuid.uuid4().hex, [Point("attention_z", 4 * W, 1.0, layer=la) for la in range(64)])
     store.hot_vacuum.wait()
     assert store.hot_vacuum.runs == (1 if store.engine.dialect.name == "postgresql" else 0)
+
+
+def test_sqlite_keeps_one_row_per_point(sqlite_store: SqlStore) -> None:
+    run, _ = sqlite_store.upsert_run("default", "rows", {})
+    sqlite_store.ingest(run.id, uuid.uuid4().hex, [Point("loss", s, float(s)) for s in range(100)])
+    with sqlite_store.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM metric_points")).scalar() == 100
+        assert conn.execute(text("SELECT count(*) FROM metric_chunks")).scalar() == 0
 
 
 def test_a_read_straddling_a_compaction_sees_every_point_once(store: SqlStore) -> None:

@@ -160,7 +160,10 @@ def test_0005_moves_existing_points_into_chunks_and_back(db_url: str) -> None:
         with store.engine.connect() as conn:
             assert chunks.all_points(conn) == want
             hot = conn.execute(text("SELECT layer, step FROM metric_points ORDER BY 1, 2")).all()
-            assert hot == [(0, 96), (0, 97), (0, 98), (0, 99), (1, 300)]  # the rest is chunked
+            if store.engine.dialect.name == "postgresql":
+                assert hot == [(0, 96), (0, 97), (0, 98), (0, 99), (1, 300)]  # the rest is chunked
+            else:
+                assert len(hot) == len(want)  # SQLite keeps one row per point
             assert conn.execute(text("SELECT step FROM series_latest WHERE layer = 1")).scalar() == 300
         read = store.series(1, "loss", 0, 1000, None, None).points
         assert [(p.step, p.tokens) for p in read] == [(s, t) for _la, s, t, _v in dense]

@@ -1,8 +1,10 @@
 """Rollups stay exact under incremental maintenance: random batches, overwrites, NaN/Inf, ties, concurrency.
 
-The reference is a brute-force summary of ``metric_points`` per block and level (count, the minimum and
-the maximum point, NaN never winning, ties to the earlier step) over the *sealed* blocks (those the
-series' latest step lies past); the stored rollup rows must be exactly those, each equal to it.
+The reference is a brute-force summary of every stored point (hot rows and packed chunks alike) per
+block and level (count, the minimum and the maximum point, NaN never winning, ties to the earlier
+step) over the *sealed* blocks (those the series' latest step lies past); the stored rollup rows must
+be exactly those, each equal to it. The writers' batches cross chunk boundaries and write late into
+sealed chunks, so the chunks' rewrites are checked by the same reference.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from sqlalchemy import event, text
 
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import SqlStore, chunks
+from hyperwatch.monitor.store.models import CHUNK_STEPS as W
 from hyperwatch.monitor.store.models import ROLLUP_LEVELS
 from hyperwatch.monitor.store.rollups import batch_summaries
 
@@ -88,6 +91,7 @@ def test_random_batches_with_overwrites_keep_every_block_exact(store: SqlStore) 
         store.ingest(rng.choice([run.id, other.id]), uuid.uuid4().hex, pts)
     expected = brute_force(store)
     assert len(expected) > 100
+    _assert_split_at_boundary(store)  # the reference read the chunks; the writer rewrote some of them
     got = stored(store)
     assert got.keys() == expected.keys()
     for key, want in expected.items():
@@ -125,11 +129,28 @@ def test_concurrent_writers_of_the_same_blocks_stay_exact(store: SqlStore) -> No
     for t in threads:
         t.join()
     assert errors == []
+    _assert_split_at_boundary(store)
     expected = brute_force(store)
     got = stored(store)
     assert got.keys() == expected.keys()
     for key, want in expected.items():
         assert _same(got[key], want), (key, got[key], want)
+
+
+def _assert_split_at_boundary(store: SqlStore) -> None:
+    """PostgreSQL: chunks are in play, and every hot row lies at or past its series' sealed boundary."""
+    with store.engine.connect() as conn:
+        n_chunks = conn.execute(text("SELECT count(*) FROM metric_chunks")).scalar()
+        late = conn.execute(
+            text(
+                "SELECT count(*) FROM metric_points AS p JOIN series_latest AS s ON s.run_id = p.run_id "
+                f"AND s.name_id = p.name_id AND s.layer = p.layer WHERE p.step < s.step / {W} * {W}"
+            )
+        ).scalar()
+    if store.engine.dialect.name == "postgresql":
+        assert n_chunks and late == 0
+    else:
+        assert n_chunks == 0  # SQLite keeps one row per point
 
 
 def _same(a: Row, b: Row) -> bool:
