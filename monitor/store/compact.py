@@ -45,6 +45,7 @@ _TAKE_PG = (
     "WHERE t.run_id = %s AND t.name_id = r.n AND t.layer = r.l AND t.step >= r.a AND t.step <= r.b "
     "RETURNING t.name_id, t.layer, t.step, t.tokens, t.value"
 )
+_COPY_CHUNKS = f"COPY metric_chunks ({', '.join(CHUNK_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 _DELETE_SQLITE = "DELETE FROM metric_points WHERE run_id = ? AND name_id = ? AND layer = ? AND step >= ? AND step <= ?"
 
 
@@ -111,7 +112,17 @@ def store_sealed(
         blob, nonfinite = chunks.encode(c, pts)
         out_rows.append((run_id, n, la, c, nonfinite, blob))
         listed[(n, la)] += pts
-    bulk_write(conn, "metric_chunks", CHUNK_COLUMNS, _CHUNK_TYPES, out_rows, _CHUNK_KEY, _CHUNK_SET)
+    rewritten = set(late)
+    _copy_chunks(conn, [r for r in out_rows if r[1:4] not in rewritten])
+    bulk_write(
+        conn,
+        "metric_chunks",
+        CHUNK_COLUMNS,
+        _CHUNK_TYPES,
+        [r for r in out_rows if r[1:4] in rewritten],
+        _CHUNK_KEY,
+        _CHUNK_SET,
+    )
     return {k: (_merged(v), listed.get(k, [])) for k, v in spans.items()}, len(moved)
 
 
@@ -123,6 +134,19 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append((a, b))
     return out
+
+
+def _copy_chunks(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
+    """New chunk rows by binary COPY: no row can hold their key yet (chunks at or past a series'
+    boundary do not exist, and the series is locked), and bytea travels as its raw bytes."""
+    if not rows:
+        return
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    with raw.cursor() as cur, cur.copy(_COPY_CHUNKS) as copy:  # type: ignore[attr-defined]
+        copy.set_types(["int4", "int2", "int2", "int8", "int2", "bytea"])
+        for row in rows:
+            copy.write_row(row)
 
 
 def _chunk_of(r: PointRow) -> tuple[int, int, int]:
