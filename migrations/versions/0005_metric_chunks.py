@@ -4,7 +4,7 @@ Why: on PostgreSQL a one-row-per-point table costs ~94 B a point whatever it hol
 line pointer, index entry); a chunk row spreads that over 16 points (see monitor/store/models.py
 and monitor/store/chunks.py for the format). SQLite gets the (empty) table but keeps its points as
 rows (monitor/store/compact.py says why). On PostgreSQL, upgrade moves every series' points below its sealed
-boundary (``latest // 16 * 16``, latest from ``series_latest``) into chunks and deletes them from
+boundary (``(latest + 1) // 16 * 16``, latest from ``series_latest``) into chunks and deletes them from
 ``metric_points``; downgrade unpacks every chunk back into ``metric_points``. A series with points
 but no ``series_latest`` row (never written by the service; a hand load) gets one first, since
 the writer reads each series' boundary from there. On PostgreSQL ``series_latest`` gets fillfactor
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from hyperwatch.monitor.store import chunks
-from hyperwatch.monitor.store.compact import COMPACTING_DIALECTS
+from hyperwatch.monitor.store.compact import COMPACTING_DIALECTS, boundary
 from hyperwatch.monitor.store.models import CHUNK_STEPS
 
 revision = "0005_metric_chunks"
@@ -78,7 +78,7 @@ def upgrade() -> None:
     )
     pending: list[dict[str, object]] = []
     for r, n, la, latest in series:
-        edge = max(int(latest), 0) // CHUNK_STEPS * CHUNK_STEPS
+        edge = boundary(int(latest))
         key = {"r": r, "n": n, "l": la, "e": edge}
         rows = conn.execute(
             sa.text(f"SELECT step, tokens, value FROM metric_points WHERE {KEY} AND step < :e ORDER BY step"), key

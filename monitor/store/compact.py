@@ -1,11 +1,11 @@
 """Moving sealed points out of ``metric_points`` into ``metric_chunks`` rows, inside the batch's transaction.
 
 The invariant every read relies on: for each series with latest step ``L``, the steps below its
-sealed boundary ``(L // CHUNK_STEPS) * CHUNK_STEPS`` live in chunks and the steps from it on live in
+sealed boundary ``((L + 1) // CHUNK_STEPS) * CHUNK_STEPS`` live in chunks and the steps from it on live in
 ``metric_points`` (the "hot" rows: at most one chunk's worth per series). A batch keeps it:
 
 - points at or past the new boundary go to ``metric_points`` (see :func:`points.write_points`);
-- when the boundary moves (``L`` crosses a multiple of ``CHUNK_STEPS``), the hot rows it passes are
+- when the boundary moves (``L`` reaches a chunk's last step), the hot rows it passes are
   deleted (``DELETE .. RETURNING``: read and removed in one statement) and written as chunk rows,
   merged with the batch's own points of those chunks (the batch's win: last write wins);
 - a point below the old boundary (a late step or an overwrite) rewrites its chunk: the stored chunk
@@ -61,8 +61,9 @@ def compacts(conn: Connection) -> bool:
 
 
 def boundary(latest: int) -> int:
-    """The first hot step of a series whose latest step is ``latest`` (-1: no point yet -> 0)."""
-    return max(latest, 0) // CHUNK_STEPS * CHUNK_STEPS
+    """The first hot step of a series whose latest step is ``latest`` (-1: no point yet -> 0): a chunk
+    seals once the series reaches its last step, as the level-1 rollup block it coincides with."""
+    return (latest + 1) // CHUNK_STEPS * CHUNK_STEPS
 
 
 def store_sealed(
@@ -80,7 +81,7 @@ def store_sealed(
     spans: dict[SeriesKey, list[tuple[int, int]]] = defaultdict(list)
     take: list[tuple[int, int, int, int]] = []
     for key, latest in after.items():
-        c_old, c_new = boundary(before[key]) // CHUNK_STEPS, latest // CHUNK_STEPS
+        c_old, c_new = boundary(before[key]) // CHUNK_STEPS, boundary(latest) // CHUNK_STEPS
         if c_new > c_old:
             spans[key].append((c_old, c_new - 1))
             if before[key] >= 0:  # a new series has no hot row to move

@@ -50,7 +50,9 @@ class HotVacuum:
     def _vacuum(self) -> None:
         try:
             with self._engine.connect() as conn:
-                conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(f"VACUUM (TRUNCATE false) {HOT_TABLES}")
+                conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+                    f"VACUUM (TRUNCATE false) {HOT_TABLES}"
+                )
             self.runs += 1
         except Exception as exc:  # a background chore: never fatal, retried at the next threshold
             log.warning("VACUUM of the hot tables failed (%s: %s); retried later", type(exc).__name__, exc)

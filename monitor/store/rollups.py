@@ -10,15 +10,16 @@ every batch into the rollups of its blocks rewrote each open block's row at ever
 batch: with one step per batch a level-3 row was rewritten 4,096 times, and on PostgreSQL every
 rewrite leaves a dead row version (193 MB of dead rollup tuples for 68,608 live rows, 292 B/point).
 
-The rule: block ``b`` of width ``w`` is *sealed* once the series' latest step ``L`` is past it,
-``(b + 1) * w <= L`` (i.e. ``b < L // w``). Appending training steps never adds a point to a sealed
+The rule: block ``b`` of width ``w`` is *sealed* once the series' latest step ``L`` reaches its last
+step, ``(b + 1) * w - 1 <= L`` (i.e. ``b < (L + 1) // w``). Appending training steps never adds a
+point to a sealed
 block, so a sealed block's row is written once, computed from the level below (level 1 from the
 points). Readers (:mod:`monitor.store.downsample`) use rollups of sealed blocks only and read the
 open tail (< one block per level) from the points.
 
 Per batch and series, with ``L_old`` the latest step before the batch and ``L_new`` after it:
 
-- blocks newly sealed, ``L_old // w <= b < L_new // w``, are computed (one range per series);
+- blocks newly sealed, ``(L_old + 1) // w <= b < (L_new + 1) // w``, are computed (one range per series);
 - sealed blocks that receive a point (a late step or an overwrite: last write wins can lower a
   maximum, which no merge could undo) are recomputed from the level below.
 
@@ -161,8 +162,8 @@ def blocks_to_seal(
     width: int, latest_before: int | None, latest_after: int, steps: Collection[int]
 ) -> list[BlockRange]:
     """Blocks of ``width`` to (re)compute after a batch: newly sealed ones and sealed ones holding ``steps``."""
-    sealed_after = latest_after // width  # blocks [0, sealed_after) are sealed
-    sealed_before = 0 if latest_before is None else min(latest_before // width, sealed_after)
+    sealed_after = sealed_blocks(latest_after, width)  # blocks [0, sealed_after) are sealed
+    sealed_before = 0 if latest_before is None else min(sealed_blocks(latest_before, width), sealed_after)
     ranges: list[BlockRange] = []
     if sealed_before < sealed_after:
         ranges.append((sealed_before, sealed_after - 1))
@@ -193,7 +194,8 @@ def seal_rollups(
     busy = []
     for key, after in latest_after.items():
         old = latest_before.get(key)
-        if old is None or after // first != old // first or min(steps.get(key, (after,))) < old // first * first:
+        edge = sealed_blocks(old, first) if old is not None else 0
+        if old is None or sealed_blocks(after, first) != edge or min(steps.get(key, (after,))) < edge * first:
             busy.append(key)
     busy.sort()
     for level, width in ROLLUP_LEVELS.items():
@@ -248,5 +250,6 @@ def _level1_points(
 
 
 def sealed_blocks(latest_step: int, width: int) -> int:
-    """How many leading blocks of ``width`` are sealed (have their rollup row) when the latest step is given."""
-    return latest_step // width
+    """How many leading blocks of ``width`` are sealed (have their rollup row) when the latest step is given:
+    those whose last step the series has reached (the chunks of :mod:`monitor.store.compact` seal alike)."""
+    return (latest_step + 1) // width

@@ -203,13 +203,9 @@ def test_late_write_rewrites_its_chunk_in_place(pg_store: SqlStore) -> None:
 
 def test_hot_table_is_vacuumed_on_postgresql(store: SqlStore) -> None:
     run, _ = store.upsert_run("default", "vacuum", {})
-    for step in range(0, 4 * W, 4):  # 64 series x 64 steps: 4,096 hot rows moved into chunks
-        store.ingest(
-            run.id,
-            uuid.uuid4().hex,
-            [Point("attention_z", s, 1.0, layer=la) for s in range(step, step + 4) for la in range(64)],
-        )
-    store.ingest(run.id, uuid.uuid4().hex, [Point("attention_z", 4 * W, 1.0, layer=la) for la in range(64)])
+    for step in range(0, 8 * W, 4):  # 64 series x 8 chunks: 12 hot rows each moved per chunk, 6,144 in all
+        pts = [Point("attention_z", s, 1.0, layer=la) for s in range(step, step + 4) for la in range(64)]
+        store.ingest(run.id, uuid.uuid4().hex, pts)
     store.hot_vacuum.wait()
     assert store.hot_vacuum.runs == (1 if store.engine.dialect.name == "postgresql" else 0)
 

@@ -2,7 +2,7 @@
 
 The reference is a brute-force summary of every stored point (hot rows and packed chunks alike) per
 block and level (count, the minimum and the maximum point, NaN never winning, ties to the earlier
-step) over the *sealed* blocks (those the series' latest step lies past); the stored rollup rows must
+step) over the *sealed* blocks (those whose last step the series' latest step has reached); the stored rollup rows must
 be exactly those, each equal to it. The writers' batches cross chunk boundaries and write late into
 sealed chunks, so the chunks' rewrites are checked by the same reference.
 """
@@ -43,8 +43,8 @@ def brute_force(store: SqlStore) -> dict[tuple[int, int, int, int, int], Row]:
     latest: dict[tuple[int, int, int], int] = {}
     for run_id, name_id, layer, step, _t, _v in points:
         latest[(run_id, name_id, layer)] = max(step, latest.get((run_id, name_id, layer), -1))
-    # only sealed blocks (the series' latest step lies past them) have a row
-    return {k: tuple(v) for k, v in out.items() if k[4] < latest[k[:3]] // ROLLUP_LEVELS[k[3]]}
+    # only sealed blocks (the series' latest step has reached their last step) have a row
+    return {k: tuple(v) for k, v in out.items() if k[4] < (latest[k[:3]] + 1) // ROLLUP_LEVELS[k[3]]}
 
 
 def stored(store: SqlStore) -> dict[tuple[int, int, int, int, int], Row]:
@@ -144,7 +144,7 @@ def _assert_split_at_boundary(store: SqlStore) -> None:
         late = conn.execute(
             text(
                 "SELECT count(*) FROM metric_points AS p JOIN series_latest AS s ON s.run_id = p.run_id "
-                f"AND s.name_id = p.name_id AND s.layer = p.layer WHERE p.step < s.step / {W} * {W}"
+                f"AND s.name_id = p.name_id AND s.layer = p.layer WHERE p.step < (s.step + 1) / {W} * {W}"
             )
         ).scalar()
     if store.engine.dialect.name == "postgresql":
