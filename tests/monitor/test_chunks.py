@@ -23,6 +23,7 @@ from sqlalchemy import event, text
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import SqlStore, chunks, migrate
 from hyperwatch.monitor.store.compact import boundary
+from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.models import CHUNK_STEPS
 
 W = CHUNK_STEPS
@@ -202,6 +203,7 @@ def test_late_write_rewrites_its_chunk_in_place(pg_store: SqlStore) -> None:
 
 
 def test_hot_table_is_vacuumed_on_postgresql(store: SqlStore) -> None:
+    store.hot_vacuum = HotVacuum(store.engine, after_rows=4_096)
     run, _ = store.upsert_run("default", "vacuum", {})
     for step in range(0, 8 * W, 4):  # 64 series x 8 chunks: 12 hot rows each moved per chunk, 6,144 in all
         pts = [Point("attention_z", s, 1.0, layer=la) for s in range(step, step + 4) for la in range(64)]
