@@ -3,12 +3,14 @@
 Why: on PostgreSQL a one-row-per-point table costs ~94 B a point whatever it holds (tuple header,
 line pointer, index entry); a chunk row spreads that over 16 points (see monitor/store/models.py
 and monitor/store/chunks.py for the format). SQLite gets the (empty) table but keeps its points as
-rows (monitor/store/compact.py says why). On PostgreSQL, upgrade moves every series' points below its sealed
-boundary (``(latest + 1) // 16 * 16``, latest from ``series_latest``) into chunks and deletes them from
-``metric_points``; downgrade unpacks every chunk back into ``metric_points``. A series with points
-but no ``series_latest`` row (never written by the service; a hand load) gets one first, since
-the writer reads each series' boundary from there. On PostgreSQL ``series_latest`` gets fillfactor
-50 (see below).
+rows (monitor/store/compact.py says why).
+
+On PostgreSQL, upgrade moves every series' points below its sealed boundary
+(``(latest + 1) // 16 * 16``, latest from ``series_latest``) into chunks and deletes them from
+``metric_points``, and gives ``series_latest`` fillfactor 50 (see below); downgrade unpacks every
+chunk back into ``metric_points``. On both, a series with points but no ``series_latest`` row
+(never written by the service; a hand load) gets one first, since the writer reads each series'
+boundary from there.
 
 Revision ID: 0005_metric_chunks
 Revises: 0004_alert_source
