@@ -75,7 +75,8 @@ def store_sealed(
 ) -> tuple[Known, int]:
     """Write the chunks a batch seals or touches; ``cold``: the batch's points below their new boundary.
 
-    ``before``/``after``: every touched series' latest step before (-1: none) and after the batch.
+    ``before``/``after``: the latest step before (-1: none) and after the batch of every series that
+    seals a chunk or has a point in ``cold`` (others may be left out of ``after``).
     Returns what the chunks written hold and how many hot rows were moved (deleted) into them.
     """
     spans: dict[SeriesKey, list[tuple[int, int]]] = defaultdict(list)

@@ -126,7 +126,10 @@ def write_points(conn: Connection, run_id: int, points: Sequence[Point], name_id
         hot = [r for r in rows if r[2] >= edge[(r[0], r[1])]]
         cold = [r for r in rows if r[2] < edge[(r[0], r[1])]] if len(hot) < len(rows) else []
         _insert_points(conn, run_id, hot, before)
-        known, moved = store_sealed(conn, run_id, cold, before, after)
+        # most batches seal no chunk and write none: only the series that do go further
+        touched = {k for k, e in edge.items() if e > boundary(before[k])} | {(r[0], r[1]) for r in cold}
+        if touched:
+            known, moved = store_sealed(conn, run_id, cold, before, {k: after[k] for k in touched})
     else:
         _insert_points(conn, run_id, rows, before)
     # rows are key-sorted: the last row of a series is its latest
