@@ -342,11 +342,12 @@ def main() -> int:
     ap.add_argument("--no-pg", action="store_true", help="skip PostgreSQL")
     ap.add_argument("--no-sqlite", action="store_true", help="skip SQLite")
     ap.add_argument("--no-read", action="store_true", help="skip the read benchmark")
+    ap.add_argument("--no-ingest", action="store_true", help="skip the ingest benchmark")
     args = ap.parse_args()
     data = rows(2000 if args.full else args.steps)
-    if not args.no_sqlite:
+    if not args.no_sqlite and not args.no_ingest:
         ingest_figures("sqlite", data, args.repeats)
-    if not args.no_pg:
+    if not args.no_pg and not args.no_ingest:
         ingest_figures("postgresql", data, args.repeats)
     if not args.no_read:
         if not args.no_sqlite:
