@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -91,6 +92,12 @@ def parse_raw(path: Path) -> Counter[str]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def post_all(base: str, bodies: list[bytes], content_type: str) -> float:
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": content_type}
     with httpx.Client(base_url=base, headers=headers, timeout=120) as c:
@@ -123,8 +130,15 @@ def main() -> int:
         url = f"sqlite:///{tmp / 'p.db'}" if args.db == "sqlite" else stack.enter_context(pg_database())
         fresh(url)
         svc = stack.enter_context(
-            ServiceProcess(url, dev=False, upgrade=False, extra_args=("--log-level", "warning"),
-                           env={"HYPERWATCH_WRITE_TOKEN": TOKEN}, ready_path="/healthz", timeout=600.0)
+            ServiceProcess(
+                url,
+                dev=False,
+                upgrade=False,
+                extra_args=("--log-level", "warning"),
+                env={"HYPERWATCH_WRITE_TOKEN": TOKEN},
+                ready_path="/healthz",
+                timeout=600.0,
+            )
         )
         assert svc.proc is not None
         with httpx.Client(base_url=svc.url, headers={"Authorization": f"Bearer {TOKEN}"}) as c:
@@ -136,7 +150,9 @@ def main() -> int:
         cmd = [spy, "record", "--pid", str(svc.proc.pid), "--rate", str(args.rate), "--format", "raw", "-o", str(raw)]
         spy_proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)  # py-spy attaches
+        cpu0 = cpu_seconds(svc.proc.pid)
         wall = post_all(svc.url, bodies, "application/json")
+        cpu = cpu_seconds(svc.proc.pid) - cpu0
         spy_proc.send_signal(signal.SIGINT)
         _, err = spy_proc.communicate(timeout=60)
         if not raw.exists():
@@ -148,8 +164,9 @@ def main() -> int:
     total = sum(counts.values())
     n = len(bodies)
     print(
-        f"py-spy on hyperwatch serve ({args.db}), {n} batches x {args.batch} points, {total} samples at "
-        f"{args.rate} Hz ({idle} idle left out); HTTP {len(data) / wall:,.0f} pts/s, service CPU {total / args.rate / n * 1000:.2f} ms/batch"
+        f"py-spy on hyperwatch serve ({args.db}), {n} batches x {args.batch} points: HTTP {len(data) / wall:,.0f} "
+        f"pts/s, {wall / n * 1000:.1f} ms/batch wall, service CPU {cpu / n * 1000:.2f} ms/batch (/proc); "
+        f"{total} busy samples at {args.rate} Hz ({total / args.rate / n * 1000:.2f} ms/batch, {idle} idle left out)"
     )
     for stage, k in counts.most_common():
         print(f"  {stage:34s} {100 * k / total:5.1f}%  {k / args.rate / n * 1000:6.2f} ms/batch")

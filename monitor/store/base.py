@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store.entities import (
     Alert,
@@ -92,7 +93,7 @@ class Store(ABC):
         self,
         run_id: int,
         batch_id: str,
-        points: Sequence[Point],
+        points: Sequence[Point] | PointColumns,
         detector: Detector | None = None,
     ) -> IngestResult:
         """Store a batch once: a repeated batch_id is a no-op; a repeated (name, layer, step) overwrites.
