@@ -13,8 +13,10 @@ Two paths, one answer:
   ``body.points.<index>.<field>`` with the fix, 422 ``JSON decode error``, 400 for a body that is
   not UTF-8 or is nested too deep.
 
-The route reads the body itself (FastAPI's own reading costs a ``json.loads`` into one dict per
-point and a validation of each); :data:`REQUEST_BODY` keeps the OpenAPI description of it.
+A binary form (``Content-Type: application/vnd.hyperwatch.columns``, :mod:`hooks.columns`) is
+already columns: it is only checked, with the same rules. The route reads the body itself
+(FastAPI's own reading costs a ``json.loads`` into one dict per point and a validation of each);
+:data:`REQUEST_BODY` keeps the OpenAPI description of it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException
 
-from hyperwatch.hooks.columns import NULL_INT, PointColumns
+from hyperwatch.hooks.columns import COLUMNS_MEDIA_TYPE, NULL_INT, PointColumns, decode_body
 from hyperwatch.hooks.schema import (
     MAX_LAYER,
     MAX_POINTS_PER_BATCH,
@@ -160,14 +162,27 @@ def is_json(kind: str) -> bool:
     return main == "application" and (sub == "json" or sub.endswith("+json"))
 
 
+def columns_batch(body: bytes) -> ParsedBatch:
+    """A :data:`COLUMNS_MEDIA_TYPE` body (:func:`hooks.columns.decode_body`); a 422 names the bad field."""
+    try:
+        batch_id, run, columns = decode_body(body)
+    except SchemaError as exc:
+        loc = ("body", *(int(p) if p.isdigit() else p for p in exc.field.split(".")))
+        msg = str(exc).split(": ", 1)[-1]
+        raise RequestValidationError([{"type": "value_error", "loc": loc, "msg": msg, "input": None}]) from exc
+    return ParsedBatch(batch_id, run, columns)
+
+
 def read_batch(body: bytes, content_type: str | None) -> ParsedBatch:
     """An ingestion body, validated; raises the API's 4xx (naming the field and the fix) otherwise."""
     kind = media_type(content_type)
+    if kind == COLUMNS_MEDIA_TYPE:
+        return columns_batch(body)
     if not is_json(kind):
         raise HTTPException(
             415,
             f"Content-Type {kind or '(none)'!r} is not accepted for POST /api/v1/points: send the batch as "
-            f"JSON with 'Content-Type: {JSON_MEDIA_TYPE}'",
+            f"JSON with 'Content-Type: {JSON_MEDIA_TYPE}' (or as {COLUMNS_MEDIA_TYPE}, see hooks.columns)",
         )
     if not body:
         raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
@@ -197,7 +212,16 @@ def _body_schema() -> dict[str, Any]:
 REQUEST_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
-        "content": {JSON_MEDIA_TYPE: {"schema": _body_schema()}},
+        "content": {
+            JSON_MEDIA_TYPE: {"schema": _body_schema()},
+            COLUMNS_MEDIA_TYPE: {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "the same batch as numpy columns (layout: hyperwatch.hooks.columns)",
+                }
+            },
+        },
     }
 }
 """``openapi_extra`` of the route: the body it reads itself, described as :class:`BatchIn`."""
