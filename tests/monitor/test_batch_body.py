@@ -18,11 +18,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import text
 from starlette.exceptions import HTTPException
 
-from hyperwatch.hooks.columns import NULL_INT, PointColumns
-from hyperwatch.hooks.schema import MAX_STEP, Point
+from hyperwatch.hooks.columns import COLUMNS_MEDIA_TYPE, NULL_INT, PointColumns, decode_body, encode_body
+from hyperwatch.hooks.schema import MAX_STEP, Batch, Point
 from hyperwatch.monitor.api.batch_body import exact_batch, fast_batch, read_batch
+from hyperwatch.monitor.schemas import IngestOut
+from hyperwatch.monitor.store import SqlStore
 from hyperwatch.monitor.store.models import RUN_LEVEL_LAYER
 from hyperwatch.monitor.store.points import point_rows
 from tests.monitor.conftest import AUTH, create_run
@@ -186,3 +189,67 @@ def test_the_openapi_schema_still_documents_the_batch(client: TestClient) -> Non
     point = schema["properties"]["points"]["items"]
     assert {"name", "layer", "step", "tokens", "value"} <= set(point["properties"])
     assert "$ref" not in json.dumps(schema)  # self-contained: nothing left pointing into $defs
+
+
+def columns_post(client: TestClient, body: bytes) -> Any:
+    return client.post("/api/v1/points", content=body, headers={**AUTH, "Content-Type": COLUMNS_MEDIA_TYPE})
+
+
+def test_the_columns_body_stores_what_the_json_body_stores(client: TestClient, store: SqlStore) -> None:
+    pts = [Point("loss", s, v) for s, v in enumerate([1.5, math.nan, math.inf, -math.inf, -0.0, 5e-324])]
+    pts += [Point("attention_z", 3, 250.0, layer=2, tokens=30), Point("loss", 1, 7.0)]  # last write wins
+    for run in ("json", "cols"):
+        create_run(client, run)
+    r = client.post("/api/v1/points", json=Batch("json", pts).to_json(), headers=AUTH)
+    assert r.status_code == 201, r.text
+    r = columns_post(client, encode_body("batch-cols-01", "cols", PointColumns.from_points(pts)))
+    assert r.status_code == 201 and r.json()["accepted"] == len(pts) and r.json()["alerts"] == 3, r.text
+    assert set(r.json()) == set(IngestOut.model_fields)
+    assert columns_post(client, encode_body("batch-cols-01", "cols", PointColumns.from_points(pts))).status_code == 200
+    with store.engine.connect() as conn:
+        sql = "SELECT name_id, layer, step, tokens, value FROM metric_points WHERE run_id = :r ORDER BY 1, 2, 3"
+        rows = [conn.execute(text(sql), {"r": run["id"]}).all() for run in client.get("/api/v1/runs").json()]
+    assert len(rows) == 2 and rows[0] == rows[1] and len(rows[0]) == 7
+
+
+HOSTILE_COLUMNS: dict[str, tuple[Any, str]] = {
+    # case: (body or a function of a valid body, what the message names)
+    "not the magic": (b"GARBAGE-" * 4, "body"),
+    "truncated": (lambda b: b[:-3], "body"),
+    "a step below 0 at point 2": (
+        lambda b: b.replace(struct.pack("<q", 7), struct.pack("<q", -7)),
+        "body.points.2.step",
+    ),
+    "header not JSON": (lambda b: b[:12] + b"\xff" + b[13:], "header"),
+    "unknown metric name": (lambda b: b.replace(b'"loss"', b'"lozz"'), "names.0"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_COLUMNS))
+def test_a_bad_columns_body_is_a_422_naming_the_field_and_stores_nothing(client: TestClient, case: str) -> None:
+    create_run(client)
+    pts = [Point("loss", s, 1.0) for s in (5, 6, 7)]
+    valid = encode_body("batch-cols-02", "r1", PointColumns.from_points(pts))
+    bad, word = HOSTILE_COLUMNS[case]
+    r = columns_post(client, bad(valid) if callable(bad) else bad)
+    assert r.status_code == 422 and word in r.json()["message"], r.text
+    assert client.get("/api/v1/runs").json()[0]["last_step"] is None
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["loss", "user.a", "router_z"]),
+            st.integers(0, MAX_STEP),
+            st.floats(),
+            st.sampled_from([None, 0, 4096]),
+            st.sampled_from([None, 0, MAX_STEP]),
+        ),
+        max_size=20,
+    )
+)
+@settings(max_examples=100, deadline=None, database=None)
+def test_the_columns_body_round_trips_every_point(raw: list[Any]) -> None:
+    pts = [Point(n, s, v, layer, t) for n, s, v, layer, t in raw]
+    batch_id, run, cols = decode_body(encode_body("batch-cols-03", "r-1", PointColumns.from_points(pts)))
+    assert (batch_id, run) == ("batch-cols-03", "r-1") and same(cols, PointColumns.from_points(pts))
