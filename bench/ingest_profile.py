@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -23,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -31,7 +29,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ingest import TOKEN, chunks, fresh, pg_database, rows
+import bench.ingest
+from bench.ingest import TOKEN, Row, chunks, encode, fresh, pg_database, rows
 from hyperwatch.monitor.children import ServiceProcess
 
 # (stage, markers): a frame "func (path:line)" belongs to the stage of the first marker it contains.
@@ -98,21 +97,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def post_all(base: str, bodies: list[bytes], content_type: str) -> float:
-    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": content_type}
+def post_all(base: str, bodies: list[tuple[bytes, str]]) -> float:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=base, headers=headers, timeout=120) as c:
         t0 = time.perf_counter()
-        for body in bodies:
-            c.post("/api/v1/points", content=body).raise_for_status()
+        for body, kind in bodies:
+            c.post("/api/v1/points", content=body, headers={"Content-Type": kind}).raise_for_status()
         return time.perf_counter() - t0
 
 
-def encode(data: list[tuple[str, int, int, float]], batch: int, run: str) -> list[bytes]:
-    bodies = []
-    for part in chunks(data, batch):
-        pts = [{"name": n, "layer": la, "step": s, "tokens": s * 4096, "value": v} for n, la, s, v in part]
-        bodies.append(json.dumps({"batch_id": uuid.uuid4().hex, "run": run, "points": pts}).encode())
-    return bodies
+def encode_all(data: list[Row], batch: int, run: str) -> list[tuple[bytes, str]]:
+    return [encode(part, run) for part in chunks(data, batch)]
 
 
 def main() -> int:
@@ -122,7 +117,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=512, help="points per POST (default 512: one step)")
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second (default 250)")
     ap.add_argument("--stacks", type=Path, help="also keep the collapsed stacks here (flamegraph.pl, speedscope)")
+    ap.add_argument("--body", choices=("json", "columns"), default="json", help="HTTP body (default json)")
     args = ap.parse_args()
+    bench.ingest.BODY = args.body
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     data = rows(args.steps)
     with contextlib.ExitStack() as stack:
@@ -144,14 +141,14 @@ def main() -> int:
         with httpx.Client(base_url=svc.url, headers={"Authorization": f"Bearer {TOKEN}"}) as c:
             c.post("/api/v1/runs", json={"name": "warm"}).raise_for_status()
             c.post("/api/v1/runs", json={"name": "prof"}).raise_for_status()
-        post_all(svc.url, encode(rows(4), args.batch, "warm"), "application/json")  # imports, caches
-        bodies = encode(data, args.batch, "prof")
+        post_all(svc.url, encode_all(rows(4), args.batch, "warm"))  # imports, caches
+        bodies = encode_all(data, args.batch, "prof")
         raw = tmp / "stacks.txt"
         cmd = [spy, "record", "--pid", str(svc.proc.pid), "--rate", str(args.rate), "--format", "raw", "-o", str(raw)]
         spy_proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)  # py-spy attaches
         cpu0 = cpu_seconds(svc.proc.pid)
-        wall = post_all(svc.url, bodies, "application/json")
+        wall = post_all(svc.url, bodies)
         cpu = cpu_seconds(svc.proc.pid) - cpu0
         spy_proc.send_signal(signal.SIGINT)
         _, err = spy_proc.communicate(timeout=60)
@@ -163,10 +160,12 @@ def main() -> int:
     idle = counts.pop(IDLE, 0)
     total = sum(counts.values())
     n = len(bodies)
+    busy = total / args.rate / n * 1000
     print(
-        f"py-spy on hyperwatch serve ({args.db}), {n} batches x {args.batch} points: HTTP {len(data) / wall:,.0f} "
-        f"pts/s, {wall / n * 1000:.1f} ms/batch wall, service CPU {cpu / n * 1000:.2f} ms/batch (/proc); "
-        f"{total} busy samples at {args.rate} Hz ({total / args.rate / n * 1000:.2f} ms/batch, {idle} idle left out)"
+        f"py-spy on hyperwatch serve ({args.db}, {args.body}), {n} batches x {args.batch} points: "
+        f"HTTP {len(data) / wall:,.0f} pts/s, {wall / n * 1000:.1f} ms/batch wall, "
+        f"service CPU {cpu / n * 1000:.2f} ms/batch (/proc); "
+        f"{total} busy samples at {args.rate} Hz ({busy:.2f} ms/batch, {idle} idle left out)"
     )
     for stage, k in counts.most_common():
         print(f"  {stage:34s} {100 * k / total:5.1f}%  {k / args.rate / n * 1000:6.2f} ms/batch")
