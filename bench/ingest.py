@@ -34,7 +34,6 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.service_process import serve_process
-from hyperwatch.hooks.columns import COLUMNS_MEDIA_TYPE, PointColumns, encode_body
 from hyperwatch.monitor.store import SqlStore, migrate
 from hyperwatch.monitor.store.rollups import seal_rollups
 
@@ -83,6 +82,8 @@ BODY = "json"  # --body: how the batches travel (JSON, or the columns body the h
 
 def encode(part: list[Row], run: str) -> tuple[bytes, str]:
     if BODY == "columns":
+        from hyperwatch.hooks.columns import COLUMNS_MEDIA_TYPE, PointColumns, encode_body
+
         cols = PointColumns.build([r[0] for r in part], [r[2] for r in part], [r[3] for r in part],
                                   [r[1] for r in part], [r[2] * 4096 for r in part])  # fmt: skip
         return encode_body(uuid.uuid4().hex, run, cols), COLUMNS_MEDIA_TYPE
