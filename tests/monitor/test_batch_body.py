@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException
 from hyperwatch.hooks.columns import COLUMNS_MEDIA_TYPE, NULL_INT, PointColumns, decode_body, encode_body
 from hyperwatch.hooks.schema import MAX_STEP, Batch, Point
 from hyperwatch.monitor.api.batch_body import exact_batch, fast_batch, read_batch
+from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.schemas import IngestOut
 from hyperwatch.monitor.store import SqlStore
 from hyperwatch.monitor.store.models import RUN_LEVEL_LAYER
@@ -253,3 +254,20 @@ def test_the_columns_body_round_trips_every_point(raw: list[Any]) -> None:
     pts = [Point(n, s, v, layer, t) for n, s, v, layer, t in raw]
     batch_id, run, cols = decode_body(encode_body("batch-cols-03", "r-1", PointColumns.from_points(pts)))
     assert (batch_id, run) == ("batch-cols-03", "r-1") and same(cols, PointColumns.from_points(pts))
+
+
+def test_ingest_target_reads_what_find_run_and_get_group_read(store: SqlStore) -> None:
+    """The ingest route's one-statement look-up agrees with the two it replaces, a broken group row included."""
+    store.upsert_group("p", "g", {"thresholds": {"max_vio_limit": 3.5}})
+    grouped, _ = store.upsert_run("p", "r", {"group": "g"})
+    alone, _ = store.upsert_run("p", "solo", {})
+    assert grouped.group_id is not None
+    for run in (grouped, alone):
+        want = store.get_group(run.group_id).thresholds if run.group_id is not None else None
+        assert store.ingest_target("p", run.name) == (run.id, want)
+    assert store.ingest_target("p", "r")[1] == {"max_vio_limit": 3.5}
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE groups SET thresholds = 'null' WHERE id = :g"), {"g": grouped.group_id})
+    assert store.ingest_target("p", "r") == (grouped.id, store.get_group(grouped.group_id).thresholds)
+    with pytest.raises(NotFoundError, match="POST /api/v1/runs"):
+        store.ingest_target("other", "r")

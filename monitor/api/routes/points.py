@@ -17,7 +17,7 @@ from hyperwatch.monitor.detectors import detect
 from hyperwatch.monitor.prometheus import ALERTS_RAISED, BATCHES_INGESTED, POINTS_INGESTED
 from hyperwatch.monitor.schemas import IngestOut, ProjectName
 from hyperwatch.monitor.store.base import Store
-from hyperwatch.monitor.store.entities import IngestResult, Run
+from hyperwatch.monitor.store.entities import IngestResult
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["points"])
@@ -77,26 +77,25 @@ async def ingest(
             f"points: the batch has {len(batch.points)} points; the limit is {settings.max_points_per_batch} "
             "(HYPERWATCH_MAX_POINTS_PER_BATCH): split it into smaller batches"
         )
-    run, result = await run_in_threadpool(_store_batch, store, project, batch)
+    run_id, result = await run_in_threadpool(_store_batch, store, project, batch)
     (_DUPLICATE if result.duplicate else _STORED).inc()
     if not result.duplicate:
         POINTS_INGESTED.inc(result.accepted)
         for alert in result.alerts:
             ALERTS_RAISED.labels(alert.rule).inc()
-            log.info("alert %s on %s/%s: %s", alert.rule, run.project, run.name, alert.message)
+            log.info("alert %s on %s/%s: %s", alert.rule, project, batch.run, alert.message)
     # IngestOut's fields, written directly (a model instance and its dump cost more than the rest of
     # the reply); tests/monitor/test_ingest.py checks the reply against the documented model
-    out = {"accepted": result.accepted, "duplicate": result.duplicate, "run_id": run.id, "alerts": len(result.alerts)}
+    out = {"accepted": result.accepted, "duplicate": result.duplicate, "run_id": run_id, "alerts": len(result.alerts)}
     return Response(_ENCODE(out), status_code=200 if result.duplicate else 201, media_type="application/json")
 
 
-def _store_batch(store: Store, project: str, batch: ParsedBatch) -> tuple[Run, IngestResult]:
-    run = store.find_run(project, batch.run)
+def _store_batch(store: Store, project: str, batch: ParsedBatch) -> tuple[int, IngestResult]:
+    run_id, thresholds = store.ingest_target(project, batch.run)
     points = batch.points
-    thresholds = store.get_group(run.group_id).thresholds if run.group_id is not None else None
     # the detectors run inside the batch's transaction: points and alerts commit together, so a
     # batch retried after a lost race or a crash is never stored without its alerts (issue 14)
     result = store.ingest(
-        run.id, batch.batch_id, points, detector=lambda reader: detect(reader, run.id, points, thresholds)
+        run_id, batch.batch_id, points, detector=lambda reader: detect(reader, run_id, points, thresholds)
     )
-    return run, result
+    return run_id, result
