@@ -46,7 +46,7 @@ OWN_STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("store: alerts insert", ("_insert_alerts ",)),
     ("store: name ids", ("_name_id ",)),
     ("store: begin/commit", ("managed ",)),
-    ("route: find_run/get_group", ("find_run ", "get_group ")),
+    ("route: run + thresholds look-up", ("find_run ", "get_group ", "ingest_target ")),
     ("parse + validate body", ("parse_batch ", "_fast_batch ", "decode_batch ", "read_batch ")),
     ("route: other", ("ingest (",)),
 ]
