@@ -128,7 +128,7 @@ def write_points(
     conn: Connection, run_id: int, points: Sequence[Point] | PointColumns, name_ids: dict[str, int]
 ) -> None:
     """Store the points of a claimed batch with their latest values, sealed rollups and the run's progress."""
-    if not len(points):
+    if not points:  # a PointColumns is falsy when empty, like a list
         return
     rows = point_rows(points, name_ids)
     before = _lock_latest(conn, run_id, sorted({r[0] for r in rows}))
