@@ -69,16 +69,16 @@ def branch_sums_kernel(
             mean_a = total / n_a
             d = tl.where(mask, x - mean_a[:, None], 0.0)
             m2 = tl.sum(d * d, axis=1)
-            for c0 in range(BLOCK_C, n_cols, BLOCK_C):
-                x, mask = _tile(x_ptr, rows, rmask, c0 + cols, n_cols, stride_row)
+            for c0 in range(BLOCK_C, n_cols, BLOCK_C):  # fresh names inside: nothing tile-sized is loop-carried
+                xb, mb = _tile(x_ptr, rows, rmask, c0 + cols, n_cols, stride_row)
                 n_b = tl.minimum(n_cols - c0, BLOCK_C).to(tl.float32)
-                s_b = tl.sum(x, axis=1)
+                s_b = tl.sum(xb, axis=1)
                 mean_b = s_b / n_b
-                d = tl.where(mask, x - mean_b[:, None], 0.0)
+                db = tl.where(mb, xb - mean_b[:, None], 0.0)
                 n = n_a + n_b
                 delta = mean_b - mean_a
                 mean_a = mean_a + delta * (n_b / n)
-                m2 = m2 + tl.sum(d * d, axis=1) + delta * delta * (n_a * n_b / n)
+                m2 = m2 + tl.sum(db * db, axis=1) + delta * delta * (n_a * n_b / n)
                 n_a = n
                 total += s_b
             mean = total / n_cols
@@ -87,10 +87,9 @@ def branch_sums_kernel(
             limit = dev_sum * outlier_scale
             outliers = tl.zeros([BLOCK_R], dtype=tl.float32)
             for c0 in range(0, n_cols, BLOCK_C):
-                x, mask = _tile(x_ptr, rows, rmask, c0 + cols, n_cols, stride_row)
-                d = x - mean[:, None]
-                hits = tl.where(mask & ((d * d) > limit[:, None]), 1.0, 0.0)
-                outliers += tl.sum(hits, axis=1)
+                xb, mb = _tile(x_ptr, rows, rmask, c0 + cols, n_cols, stride_row)
+                db = xb - mean[:, None]
+                outliers += tl.sum(tl.where(mb & ((db * db) > limit[:, None]), 1.0, 0.0), axis=1)
             outliers = tl.where(finite, outliers, 0.0)
         sumsq = dev_sum + n_cols * mean * mean
         acc_sq += tl.where(rmask, sumsq.to(tl.float64), 0.0)

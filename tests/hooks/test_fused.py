@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,56 @@ def spiky(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor
     x = torch.randn(shape, generator=g) * 2 + 20 * torch.randn((*shape[:-1], 1), generator=g)
     x += (torch.rand(shape, generator=g) < 0.004) * 30.0
     return x.to(dtype)
+
+
+# (dtype, rows, hidden): the benchmark's shape in every dtype; wide rows (one tile up to 16384,
+# walked in tiles beyond); a hidden size that is not a multiple of 16 (no vector loads then).
+AOT_CASES = [("bf16", 16384, 1024), ("fp16", 16384, 1024), ("fp32", 16384, 1024), ("bf16", 16384, 4096),
+             ("bf16", 2048, 16384), ("fp32", 64, 20000), ("bf16", 4096, 1000), ("fp32", 16, 96)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("dtype", "rows", "hidden"), AOT_CASES)
+def test_kernel_compiles_for_hopper_with_vector_loads_and_two_float64_atomics(dtype: str, rows: int,
+                                                                             hidden: int) -> None:  # fmt: skip
+    """Without a GPU, Triton still compiles the kernel for sm_90 (its own ptxas): the block shape
+    :func:`fused.launch_config` picks, with the 16-divisibility the JIT gives aligned arguments.
+    The PTX must load 16 bytes a thread where the row stride allows it, add into the two float64
+    slots with exactly two atomics (per program), and the cubin must not spill to local memory."""
+    triton = pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("TRITON_INTERPRET=1 is set for the whole run")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from hyperwatch.hooks.triton_branch import branch_sums_kernel
+
+    cfg = fused.launch_config(rows, hidden)
+    args = ["x_ptr", "out_ptr", "n_rows", "n_cols", "stride_row", "outlier_scale"]
+    signature = dict(zip(args, [f"*{dtype}", "*fp64", "i32", "i32", "i32", "fp32"]))
+    signature.update(BLOCK_R="constexpr", BLOCK_C="constexpr", ONE_TILE="constexpr")
+    divisible = [0, 1] + [i for i, v in ((2, rows), (3, hidden), (4, hidden)) if v % 16 == 0]
+    src = ASTSource(
+        fn=branch_sums_kernel,
+        signature=signature,
+        constexprs={"BLOCK_R": cfg.block_r, "BLOCK_C": cfg.block_c, "ONE_TILE": cfg.one_tile},
+        attrs={(i,): [["tt.divisibility", 16]] for i in divisible},
+    )
+    compiled = triton.compile(
+        src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.warps, "enable_fp_fusion": True}
+    )
+    ptx = compiled.asm["ptx"]
+    assert len(re.findall(r"\b(?:red|atom)\.global\.[\w.]*add\.f64", ptx)) == 2
+    loads = set(re.findall(r"ld\.global[\w.]*", ptx))
+    assert any(".v" in op for op in loads) == (hidden % 16 == 0), loads
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if cuobjdump.exists():
+        cubin = Path(os.environ.get("TMPDIR", "/tmp")) / f"hyperwatch-branch-{os.getpid()}.cubin"
+        cubin.write_bytes(compiled.asm["cubin"])
+        try:
+            usage = subprocess.run([str(cuobjdump), "-res-usage", str(cubin)], capture_output=True, text=True).stdout
+        finally:
+            cubin.unlink()
+        assert re.search(r"\bLOCAL:0\b", usage), usage
 
 
 def test_the_kernel_is_for_cuda_tensors_only() -> None:
