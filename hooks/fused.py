@@ -11,6 +11,7 @@ neither synchronizes the host.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from typing import Any, NamedTuple
@@ -106,16 +107,18 @@ def add_branch_sums_(out: torch.Tensor, x: torch.Tensor, max_tile: int = MAX_TIL
         return
     cfg = launch_config(n, hidden, max_tile)
     grid = min(-(-n // cfg.block_r), _programs(x.device))
-    k[(grid,)](
-        rows,
-        out,
-        n,
-        hidden,
-        rows.stride(0),
-        OUTLIER_SIGMAS * OUTLIER_SIGMAS / hidden,
-        BLOCK_R=cfg.block_r,
-        BLOCK_C=cfg.block_c,
-        ONE_TILE=cfg.one_tile,
-        num_warps=cfg.warps,
-        enable_fp_fusion=True,  # FMA contraction, Triton's historical default; explicit (3.9 warns, 3.10 flips it)
-    )
+    # Triton launches on the current device: make it the tensor's (a model on cuda:1 while cuda:0 is current)
+    with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
+        k[(grid,)](
+            rows,
+            out,
+            n,
+            hidden,
+            rows.stride(0),
+            OUTLIER_SIGMAS * OUTLIER_SIGMAS / hidden,
+            BLOCK_R=cfg.block_r,
+            BLOCK_C=cfg.block_c,
+            ONE_TILE=cfg.one_tile,
+            num_warps=cfg.warps,
+            enable_fp_fusion=True,  # FMA contraction, Triton's historical default; explicit (3.9 warns, 3.10 flips it)
+        )
