@@ -87,17 +87,18 @@ def add_branch_sums_(out: torch.Tensor, x: torch.Tensor, chunk_elements: int = B
 
     Eager on CPU, the rows go through in slices of about ``chunk_elements``: each op of the
     formula then streams an L2-sized temporary instead of a tensor-sized one, so ``x`` is read
-    from memory once and its fp32 deviations never leave the cache (5-8x faster on a (16384,
-    1024) tensor; ``bench/hooks_overhead.py --branch``). Under ``torch.compile`` and on GPUs
-    (where the formula is one fused kernel or the temporaries sit in a large L2 anyway) it is
-    one call: a Python loop would unroll into the graph.
+    from memory once and its fp32 deviations never leave the cache (4-7x faster than one call on
+    a (16384, 1024) tensor, one thread; ``bench/hooks_overhead.py --branch``). Under
+    ``torch.compile`` it is one call (a Python loop would unroll into the graph; inductor fuses
+    the formula itself), and on other devices too (on CUDA this path runs only without Triton,
+    where a launch per slice would cost more than the passes it saves).
     """
     x = x.detach()
-    rows = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
-    step = max(1, chunk_elements // max(1, rows.shape[-1]))
-    if torch.compiler.is_compiling() or x.device.type != "cpu" or rows.shape[0] <= step:
+    if torch.compiler.is_compiling() or x.device.type != "cpu":
         out.add_(branch_sums(x))
         return
+    rows = x.reshape(-1, x.shape[-1])
+    step = max(1, chunk_elements // max(1, rows.shape[-1]))
     for start in range(0, rows.shape[0], step):
         out.add_(branch_sums(rows[start : start + step]))
 
