@@ -12,9 +12,10 @@ Sides, on a (4, 4096, 1024) tensor in bf16 and in fp32 (``--branch-shape`` to ch
   compiled model runs it;
 - ``triton``: :func:`hooks.fused.add_branch_sums_`, the fused kernel (CUDA with Triton only).
 
-Interleaved rounds; medians (process CPU time on CPU with pinned threads, wall time after a
-device synchronize on CUDA), each side's ratio to the old path, and the bandwidth of one read of
-the tensor in that time. Every side's sums are checked against the old path's first.
+Interleaved rounds; medians (process CPU time of one call on CPU with pinned threads; on CUDA
+wall time of 20 queued calls after a device synchronize, per call), each side's ratio to the
+old path, and the bandwidth of one read of the tensor in that time. Every side's sums are
+checked against the old path's first.
 """
 
 from __future__ import annotations
@@ -70,14 +71,16 @@ def _sides(x: torch.Tensor) -> dict[str, Callable[[torch.Tensor], None]]:
     return sides
 
 
-def _timed(fn: Callable[[torch.Tensor], None], out: torch.Tensor, cuda: bool) -> float:
+def _timed(fn: Callable[[torch.Tensor], None], out: torch.Tensor, cuda: bool, reps: int) -> float:
+    """Seconds per call over ``reps`` back-to-back calls (on CUDA: queued, then one synchronize)."""
     if cuda:
         torch.cuda.synchronize()
     t0 = time.perf_counter() if cuda else time.process_time()
-    fn(out)
+    for _ in range(reps):
+        fn(out)
     if cuda:
         torch.cuda.synchronize()
-    return (time.perf_counter() if cuda else time.process_time()) - t0
+    return ((time.perf_counter() if cuda else time.process_time()) - t0) / reps
 
 
 def branch_path(args: argparse.Namespace) -> None:
@@ -101,9 +104,10 @@ def branch_path(args: argparse.Namespace) -> None:
         times: dict[str, list[float]] = {name: [] for name in sides}
         out = torch.zeros(2, dtype=torch.float64, device=dev)
         order = list(sides.items())
+        reps = 20 if cuda else 1  # a GPU call is tens of microseconds: time a queue of them
         for r in range(args.rounds):
             for name, fn in order if r % 2 == 0 else order[::-1]:
-                times[name].append(_timed(fn, out, cuda))
+                times[name].append(_timed(fn, out, cuda, reps))
         med = {name: statistics.median(ts) for name, ts in times.items()}
         gbytes = x.numel() * x.element_size() / 1e9
         cells = "; ".join(
