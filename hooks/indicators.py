@@ -89,7 +89,7 @@ def add_branch_sums_(out: torch.Tensor, x: torch.Tensor, chunk_elements: int = B
 
     Eager on CPU, the rows go through in slices of about ``chunk_elements``: each op of the
     formula then streams a cache-sized temporary instead of a tensor-sized one, so ``x`` is read
-    from memory once and its fp32 deviations stay in cache (4-10x faster than one call on a
+    from memory once and its fp32 deviations stay in cache (3-7x faster than one call on a
     (16384, 1024) tensor, one thread; ``bench/hooks_overhead.py --branch``). Under
     ``torch.compile`` it is one call (a Python loop would unroll into the graph; inductor fuses
     the formula itself), and on other devices too (on CUDA this path runs only without Triton,
