@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, select
 from sqlalchemy.engine import Connection, Engine
 
+from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import downsample as ds
 from hyperwatch.monitor.store.base import Detector
@@ -70,14 +71,15 @@ class SeriesMixin:
     # -- points ----------------------------------------------------------------------------------
     @retry_busy
     def ingest(
-        self, run_id: int, batch_id: str, points: Sequence[Point], detector: Detector | None = None
+        self, run_id: int, batch_id: str, points: Sequence[Point] | PointColumns, detector: Detector | None = None
     ) -> IngestResult:
         with managed(self.engine, f"store batch {batch_id} of run {run_id}", write=True) as conn:
             seen = claim_batch(conn, run_id, batch_id, len(points))
             if seen is not None:
                 return IngestResult(run_id=run_id, accepted=seen, duplicate=True)
-            name_ids = {n: self._name_id(conn, n) for n in {p.name for p in points}}
-            write_points(conn, run_id, points, name_ids)  # type: ignore[arg-type]
+            columns = PointColumns.of(points)
+            name_ids = {n: self._name_id(conn, n) for n in columns.names}
+            write_points(conn, run_id, columns, name_ids)  # type: ignore[arg-type]
             alerts: list[NewAlert] = []
             if detector is not None:
                 # same transaction: the batch and its alerts commit together or not at all (a retried
