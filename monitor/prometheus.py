@@ -108,7 +108,7 @@ class RunCollector(Collector):
         }
         floor = {
             m: GaugeMetricFamily(
-                f"hyperwatch_run_{m}_spike_floor", f"The run's group threshold {m}_min: no spike below it", labels=labels
+                f"hyperwatch_run_{m}_spike_floor", f"The group threshold {m}_min: no spike below it", labels=labels
             )
             for m in SPIKE_METRICS
         }
