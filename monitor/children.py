@@ -5,7 +5,8 @@ localhost port, schema upgraded first, waited for on ``/readyz``) and :class:`Al
 (Debian's ``/usr/bin/prometheus`` and ``/usr/bin/prometheus-alertmanager`` with configuration
 generated into a temporary folder: Prometheus scrapes the service and evaluates
 ``prometheus/rules.yml``; Alertmanager delivers what fires to the service's webhook
-``POST /api/v1/alerts/prometheus``). Everything binds to 127.0.0.1 and is stopped on exit.
+``POST /api/v1/alerts/prometheus``). Everything binds to 127.0.0.1, is stopped on exit, and dies
+with the process that started it even when that one is killed (:func:`hyperwatch.lifetime.die_with_parent`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
+
+from hyperwatch.lifetime import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +167,7 @@ class ServiceProcess(_Children):
         cmd = [*hw, "serve", "--db", self.db_url, "--host", self.host, "--port", str(self.port)]
         cmd += ["--dev"] if self.dev else []
         self.proc = subprocess.Popen(
-            [*cmd, *self.extra_args],
+            die_with_parent([*cmd, *self.extra_args]),
             stdout=self._out or subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
             env=env,
@@ -293,7 +296,9 @@ class AlertingStack(_Children):
     def _spawn(self, cmd: list[str], name: str) -> subprocess.Popen[bytes]:
         out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
         self._logs.append(out)
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.dir, start_new_session=True)
+        proc = subprocess.Popen(
+            die_with_parent(cmd), stdout=out, stderr=subprocess.STDOUT, cwd=self.dir, start_new_session=True
+        )
         self.procs.append(proc)
         return proc
 

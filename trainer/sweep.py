@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hyperwatch.lifetime import die_with_parent
 from hyperwatch.trainer.config import SECTIONS, ConfigError, build_config, parse_scalar
 
 log = logging.getLogger(__name__)
@@ -237,7 +238,9 @@ def execute(sweep: Sweep, run: SweepRun) -> SweepRun:
         return run
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "train.log", "ab") as out:
-        proc = subprocess.Popen(command(sweep, run), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        # SIGINT if the sweep dies: the run takes its Ctrl-C path (marked "interrupted", resumable)
+        cmd = die_with_parent(command(sweep, run), signal.SIGINT)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert proc.stdout is not None
         for line in proc.stdout:  # the whole log goes to train.log; progress lines also to the console
             out.write(line)

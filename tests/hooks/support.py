@@ -16,6 +16,8 @@ import pytest
 import torch
 from torch import nn
 
+from hyperwatch.lifetime import die_with_parent
+
 HERE = Path(__file__).parent
 
 
@@ -42,7 +44,7 @@ class FakeService:
         cmd = [sys.executable, str(HERE / "fake_service.py"), str(self.port), str(self.db)]
         if self.token:
             cmd += ["--token", self.token]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(die_with_parent(cmd), stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         assert self.proc.stdout.readline().strip() == "ready"
 
