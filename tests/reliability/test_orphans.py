@@ -118,7 +118,11 @@ def test_die_with_parent_runs_the_command_with_the_requested_signal(tmp_path: Pa
     parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True, env=python_env())
     assert parent.stdout is not None
     pid = int(parent.stdout.readline())
-    parent.kill()
-    parent.wait(30)
-    assert wait_gone([pid]) == []
-    assert mark.read_text() == "yes"
+    try:
+        parent.kill()
+        parent.wait(30)
+        assert wait_gone([pid]) == []
+        assert mark.read_text() == "yes"
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
