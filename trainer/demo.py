@@ -4,9 +4,11 @@
    groups (with the demo's detector thresholds) and prints the dashboard URLs before anything trains;
 2. starts Prometheus and Alertmanager as child processes when they are installed (Debian's
    ``prometheus`` and ``prometheus-alertmanager``): Prometheus scrapes the service and evaluates
-   ``prometheus/rules.yml`` on demo time scales, Alertmanager posts what fires to the service;
-3. trains two arms across the same depths, side by side (one process each, one CPU core each), on
-   a real corpus every machine has (the Python standard library's own source):
+   ``prometheus/rules.yml`` (every ``for:`` shortened; the Z-spike baseline is counted in steps, so
+   it fires at the demo's pace as in production), Alertmanager posts what fires to the service;
+3. trains two arms across the same depths (2, 3, 4 and 6), side by side (one process each, with an
+   equal share of the CPU cores as PyTorch threads), on a real corpus every machine has (the
+   Python standard library's own source):
 
    - ``configs/cpu/demo_hyperp.toml``: MuonH + HyperP with QK-Norm, whose indicators stay bounded
      and do not grow with depth (verdict "transferable");
