@@ -117,7 +117,7 @@ class RunCollector(Collector):
             "The run's group threshold spike_min_relative: a spike exceeds (1 + it) x its baseline",
             labels=labels,
         )
-        layers: dict[tuple[str, str, int, int | None, str], list[tuple[int, int | None]]] = defaultdict(list)
+        layers: dict[tuple[str, str, int, int | None, str], list[tuple[int | None, int]]] = defaultdict(list)
         for lv in latest:
             if lv.name in SPIKE_METRICS:
                 layers[(lv.project, lv.run, lv.run_id, lv.group_id, lv.name)].append((lv.layer, lv.step))
