@@ -114,7 +114,7 @@ class RunCollector(Collector):
         }
         relative = GaugeMetricFamily(
             "hyperwatch_run_spike_min_relative",
-            "The run's group threshold spike_min_relative: a spike exceeds (1 + it) x its baseline",
+            "The group threshold spike_min_relative: a spike exceeds (1 + it) x its baseline",
             labels=labels,
         )
         layers: dict[tuple[str, str, int, int | None, str], list[tuple[int | None, int]]] = defaultdict(list)
@@ -122,13 +122,13 @@ class RunCollector(Collector):
             if lv.name in SPIKE_METRICS:
                 layers[(lv.project, lv.run, lv.run_id, lv.group_id, lv.name)].append((lv.layer, lv.step))
         groups: dict[int | None, dict[str, float]] = {}
-        with_relative: list[list[str]] = []
+        with_relative: set[tuple[str, str]] = set()
         for (project, run, run_id, group_id, name), rows in layers.items():
             if group_id not in groups:
                 groups[group_id] = thresholds_for(self.store.get_group(group_id).thresholds if group_id else None)
             th = groups[group_id]
-            if [project, run] not in with_relative:
-                with_relative.append([project, run])
+            if (project, run) not in with_relative:
+                with_relative.add((project, run))
                 relative.add_metric([project, run], th["spike_min_relative"])
             top = max(step for _, step in rows)
             windows = self.store.trailing_points(
