@@ -49,10 +49,12 @@ DEMO_SWEEPS = (CONFIGS / "demo_hyperp.toml", CONFIGS / "demo_baseline.toml")
 FAST_TOKENS = 131072  # 16 steps of 8192 tokens
 FAST_DEPTHS = (2, 4)
 DEMO_THRESHOLDS = {"spike_window": 20, "spike_min_points": 4, "spike_mad_multiple": 3.0, "spike_min_relative": 0.5}
-"""The service detector on demo time scales: a verdict after 4 logged steps instead of 10, and a
-jump of 3 robust deviations instead of 8 (a blow-up within a few steps has a noisy baseline). The
-same thresholds for both arms, so the recipe that does not fire is judged by the same rule; the
-absolute minimum (attention Z >= 100) is the default."""
+"""The spike thresholds on demo time scales: a verdict after 4 logged steps instead of 10, over the
+last 20 steps instead of 50, and a jump of 3 robust deviations instead of 8 (a blow-up within a few
+steps has a noisy baseline). They drive both the service detector and the Prometheus rule (the
+service exports a group's thresholds and step-space baseline beside each run's gauges). The same
+for both arms, so the recipe that does not fire is judged by the same rule; the absolute minimum
+(attention Z >= 100) is the default."""
 
 
 def sparkline(values: list[float], width: int = 50) -> str:
