@@ -25,10 +25,10 @@ import sys
 
 PR_SET_PDEATHSIG = 1
 
-_LAUNCHER = """\
+_LAUNCHER = f"""\
 import ctypes, os, sys
 parent, sig = int(sys.argv[1]), int(sys.argv[2])
-if ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0) != 0:
+if ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, sig, 0, 0, 0) != 0:
     sys.exit('die_with_parent: prctl(PR_SET_PDEATHSIG) failed: ' + os.strerror(ctypes.get_errno()))
 if os.getppid() != parent:
     sys.exit(0)  # the parent died before the flag was set: do not start an orphan
