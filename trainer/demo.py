@@ -6,7 +6,7 @@
    ``prometheus`` and ``prometheus-alertmanager``): Prometheus scrapes the service and evaluates
    ``prometheus/rules.yml`` (every ``for:`` shortened; the Z-spike baseline is counted in steps, so
    it fires at the demo's pace as in production), Alertmanager posts what fires to the service;
-3. trains two arms across the same depths (2, 3, 4 and 6), side by side (one process each, with an
+3. trains two arms across the same depths (2, 3 and 4), side by side (one process each, with an
    equal share of the CPU cores as PyTorch threads), on a real corpus every machine has (the
    Python standard library's own source):
 

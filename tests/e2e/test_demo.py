@@ -35,7 +35,7 @@ README_SHOT = Path(__file__).resolve().parents[2] / "docs" / "demo-scale-baselin
 """The README's picture: the baseline arm's scale page, taken from the demo's own data."""
 
 
-@pytest.mark.timeout(2400)  # < 1 min on a quiet 2-core machine; 81 s measured on a shared one (load 5)
+@pytest.mark.timeout(2400)  # 78 s of CPU in all; 81 s wall measured on a shared 2-core machine (load 5)
 def test_fast_demo_catches_the_instability_live_across_scales(tmp_path: Path) -> None:
     env = {**os.environ, "HYPERWATCH_DEMO_FAST": "1"}  # the demo gives each arm its share of the cores
     cmd = [sys.executable, "-m", "hyperwatch", "demo", "--no-serve", "--out", str(tmp_path), "--port", str(free_port())]
