@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
 from hyperwatch.app import create_app
+from hyperwatch.lifetime import die_with_parent
 from hyperwatch.monitor.children import alerting_available, free_port
 from hyperwatch.monitor.core.config import Settings
 from hyperwatch.monitor.store import SqlStore
@@ -39,7 +40,8 @@ README_SHOT = Path(__file__).resolve().parents[2] / "docs" / "demo-scale-baselin
 def test_fast_demo_catches_the_instability_live_across_scales(tmp_path: Path) -> None:
     env = {**os.environ, "HYPERWATCH_DEMO_FAST": "1"}  # the demo gives each arm its share of the cores
     cmd = [sys.executable, "-m", "hyperwatch", "demo", "--no-serve", "--out", str(tmp_path), "--port", str(free_port())]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=2300, env=env)
+    # die_with_parent: a test session stopped midway takes the demo (and so its children) along
+    proc = subprocess.run(die_with_parent(cmd), capture_output=True, text=True, timeout=2300, env=env)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     assert out.splitlines()[0].startswith("HyperWatch dashboard: http://127.0.0.1:")  # the URL first

@@ -65,9 +65,8 @@ def wait_gone(pids: list[int], timeout: float = 30.0) -> list[int]:
 
 
 def start_parent(tmp_path: Path, what: str) -> tuple[subprocess.Popen[str], dict[str, object]]:
-    parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT, str(tmp_path), what], stdout=subprocess.PIPE, text=True, env=python_env()
-    )
+    cmd = die_with_parent([sys.executable, "-c", PARENT, str(tmp_path), what])  # and if pytest itself dies
+    parent = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=python_env())
     assert parent.stdout is not None
     line = parent.stdout.readline()
     if not line:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from hyperwatch.lifetime import die_with_parent
 from hyperwatch.monitor.children import ServiceProcess, python_env
 from hyperwatch.trainer.sweep import INTERRUPTED_CODES
 
@@ -33,7 +34,11 @@ def test_sigint_marks_the_run_interrupted_in_the_service(tmp_path: Path, corpus_
             "--log.every", "1", "--log.run", "ctrl-c", "--log.sink", svc.url,
         ]  # fmt: skip
         proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=python_env(keep_hyperwatch=False)
+            die_with_parent(cmd),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=python_env(keep_hyperwatch=False),
         )
         assert proc.stdout is not None
         lines = []
