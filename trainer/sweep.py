@@ -238,7 +238,9 @@ def execute(sweep: Sweep, run: SweepRun) -> SweepRun:
         return run
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "train.log", "ab") as out:
-        # SIGINT if the sweep dies: the run takes its Ctrl-C path (marked "interrupted", resumable)
+        # SIGINT if the sweep dies: the run takes its Ctrl-C path (marked "interrupted", resumable);
+        # when the service died with the sweep (the demo) it gives up delivering after its close
+        # timeout (60 s, measured: both runs of a SIGKILLed demo gone within 70 s)
         cmd = die_with_parent(command(sweep, run), signal.SIGINT)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert proc.stdout is not None
