@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from hyperwatch.lifetime import die_with_parent  # noqa: E402
 from hyperwatch.monitor.children import python_env  # noqa: E402
-from hyperwatch.trainer.demo import threads_per_run  # noqa: E402
+from hyperwatch.trainer.sweep import threads_per_run  # noqa: E402
 
 ARMS = {
     "hyperp": ["--model.qk_norm", "true", "--optim.arm", "hyperp", "--optim.lr", "0.02"],

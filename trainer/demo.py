@@ -41,7 +41,7 @@ from typing import Any
 
 from hyperwatch.monitor.children import AlertingStack, ChildProcessError, ServiceProcess, alerting_available
 from hyperwatch.trainer.config import ConfigError
-from hyperwatch.trainer.sweep import Sweep, SweepRun, expand, load_sweep, run_sweep
+from hyperwatch.trainer.sweep import Sweep, SweepRun, expand, load_sweep, run_sweep, threads_per_run
 
 BARS = " ▁▂▃▄▅▆▇█"
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "cpu"
@@ -139,15 +139,6 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus and Alertmanager")
     p.add_argument("--sweep", action="append", default=None, help="a sweep file to run (repeat; default: the two arms)")
     return p
-
-
-def threads_per_run(parallel: int) -> int:
-    """PyTorch threads for each of ``parallel`` runs side by side: the cores this process may use, shared.
-
-    Without it every run starts one thread per core and the two arms oversubscribe the machine:
-    on 2 cores a d=4 run then cost 116 s of CPU instead of 22 s (OpenMP threads spin-waiting)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // max(1, parallel))
 
 
 def _load(args: argparse.Namespace, fast: bool, out: Path) -> list[Sweep]:
