@@ -131,6 +131,12 @@ class Store(ABC):
     ) -> list[list[float]]:
         """:meth:`trailing_values` of many ``(name, layer, before_step)`` at once (one read), in ``keys`` order."""
 
+    @abstractmethod
+    def trailing_points(
+        self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
+    ) -> list[list[tuple[int, float]]]:
+        """:meth:`trailing_windows` with each value's step, ``(step, value)`` pairs (aligns layers by step)."""
+
     # alerts and exports
     @abstractmethod
     def add_alerts(self, run_id: int, alerts: Sequence[NewAlert]) -> list[NewAlert]:

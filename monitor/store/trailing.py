@@ -27,8 +27,11 @@ def _windows_sql(dialect: str, n: int) -> str:
     return " UNION ALL ".join(one.format(i=i, m=mark) for i in range(n))
 
 
-def trailing_windows(conn: Connection, run_id: int, keys: Sequence[WindowKey], limit: int) -> list[list[float | None]]:
-    """Per key, the ``limit`` newest stored values strictly before its step, oldest first (NULL = NaN)."""
+def trailing_points(
+    conn: Connection, run_id: int, keys: Sequence[WindowKey], limit: int
+) -> list[list[tuple[int, float | None]]]:
+    """Per key, the ``limit`` newest stored ``(step, value)`` pairs strictly before its step, oldest first
+    (NULL = NaN). The steps let a caller line layers up (the max over layers of one step)."""
     if limit < 1:
         raise ValueError(f"limit: the window must hold at least 1 point, got {limit}")
     out: list[list[tuple[int, float | None]]] = [[] for _ in keys]
@@ -39,4 +42,4 @@ def trailing_windows(conn: Connection, run_id: int, keys: Sequence[WindowKey], l
             params += (run_id, name_id, layer, before, limit)
         for i, step, value in conn.exec_driver_sql(_windows_sql(conn.dialect.name, len(chunk)), tuple(params)):
             out[lo + int(i)].append((int(step), value))
-    return [[v for _s, v in sorted(w)] for w in out]
+    return [sorted(w) for w in out]

@@ -16,6 +16,8 @@ import pytest
 import torch
 from torch import nn
 
+from hyperwatch.lifetime import die_with_parent
+
 HERE = Path(__file__).parent
 
 
@@ -44,7 +46,7 @@ class FakeService:
         if self.token:
             cmd += ["--token", self.token]
         cmd += ["--json-only"] if self.json_only else []
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(die_with_parent(cmd), stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         assert self.proc.stdout.readline().strip() == "ready"
 
