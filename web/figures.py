@@ -101,9 +101,13 @@ RATIOS = ("attention_outlier_ratio", "mlp_outlier_ratio")
 
 
 def ratio_axis(layout: dict[str, Any], name: str, axis: str = "yaxis") -> dict[str, Any]:
-    """Pin a ratio's value axis to 0..1 (autorange inside it: tiny fractions stay readable)."""
+    """Keep a ratio's value axis inside 0..1 and autoranged there, so tiny fractions stay readable.
+
+    ``clipmin``/``clipmax`` bound the autorange; ``minallowed``/``maxallowed`` would not do: plotly.js
+    then draws the whole 0..1 range and a 1e-5 outlier ratio lies flat on the axis (seen in Chromium).
+    """
     if name in RATIOS:
-        layout[axis].update({"rangemode": "nonnegative", "autorangeoptions": {"minallowed": 0, "maxallowed": 1}})
+        layout[axis].update({"rangemode": "tozero", "autorangeoptions": {"clipmin": 0, "clipmax": 1}})
     return layout
 
 
