@@ -96,6 +96,11 @@ def line_trace(
     return trace
 
 
+def _bucket_words(width: int) -> str:
+    """A heatmap cell's span: one logged step needs no "max" (``width`` is in steps)."""
+    return "one cell per step" if width == 1 else f"max per bucket of {width} steps"
+
+
 RATIOS = ("attention_outlier_ratio", "mlp_outlier_ratio")
 """Fractions in 0..1: their axes start at 0 (never -1..1 around an all-zero line) and stop at 1 at most."""
 
@@ -331,9 +336,7 @@ def heatmap_figure(run: Run, m: LayerMatrix, xs: Sequence[float | None], x: XAxi
                 "meta": {"nonfinite": True},
             }
         )
-    layout = base_layout(
-        f"{esc(m.name)} per layer (max per bucket of {m.bucket_width} steps)", X_TITLES[x], "layer", 300
-    )
+    layout = base_layout(f"{esc(m.name)} per layer ({_bucket_words(m.bucket_width)})", X_TITLES[x], "layer", 300)
     layout.pop("yaxis2")
     layout["yaxis"] = {"title": {"text": "layer"}, "dtick": 1 if len(m.layers) <= 24 else None}
     return {"data": data, "layout": layout, "meta": {"name": m.name, "layers": list(m.layers)}}
