@@ -29,7 +29,9 @@ Targets (issue #11, GPU): <= 1.01x at every=1 and <= 1.002x at every=10, eager a
 
 ``--attention`` times the intercepted SDPA call alone (plain, costly recompute path, kernel
 LSE path; forward + backward under bf16 autocast) and profiles the two hooked paths.
-``--profile`` instead runs ``torch.profiler`` over hooked every=1 steps and plain steps and
+``--branch`` times the branch statistics of one (4, 4096, 1024) output alone, bf16 and fp32: the
+old eager formula, the eager and compiled paths and, on CUDA, the fused Triton kernel (see
+bench/hooks_branch.py). ``--profile`` instead runs ``torch.profiler`` over hooked every=1 steps and plain steps and
 prints the top ops by self device time (CUDA) or self CPU time, and the CPU time spent inside
 each hook function per step.
 """
@@ -50,6 +52,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.hooks_branch import branch_path, path_name
 from bench.hooks_models import Sizes, Trainee, bundled, hf_llama, torch_encoder
 from hyperwatch import hooks
 
@@ -348,6 +351,8 @@ def main() -> None:
     ap.add_argument("--profile-top", type=int, default=15, help="ops listed per profiled side")
     ap.add_argument("--control", action="store_true", help="also plain against plain: the bench's noise floor")
     ap.add_argument("--attention", action="store_true", help="the intercepted SDPA call alone: costly vs kernel path")
+    ap.add_argument("--branch", action="store_true", help="the branch statistics alone: old, eager, compiled, triton")
+    ap.add_argument("--branch-shape", default="4x4096x1024", help="branch output shape for --branch")
     args = ap.parse_args()
     paper = (args.preset or ("paper" if args.device == "cuda" else "tiny")) == "paper"
     args.depth = args.depth or (8 if paper else 2)
@@ -368,6 +373,10 @@ def main() -> None:
     if args.attention:
         attention_path(args)
         return
+    if args.branch:
+        branch_path(args)
+        return
+    print(f"branch statistics in eager mode on {args.device}: {path_name(torch.device(args.device))}")
     z = args.sizes
     builders: dict[str, Callable[[], Trainee]] = {
         "dense": lambda: bundled(z, False),

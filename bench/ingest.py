@@ -39,7 +39,7 @@ from sqlalchemy import text
 
 from bench.service_process import serve_process
 from hyperwatch.monitor.store import SqlStore, migrate
-from hyperwatch.monitor.store.chunks import encode
+from hyperwatch.monitor.store.chunks import encode as encode_chunk
 from hyperwatch.monitor.store.compact import COMPACTING_DIALECTS, boundary
 from hyperwatch.monitor.store.models import CHUNK_STEPS
 from hyperwatch.monitor.store.rollups import seal_rollups
@@ -84,17 +84,29 @@ def chunks(data: list[Row], size: int) -> list[list[Row]]:
     return [data[i : i + size] for i in range(0, len(data), size)]
 
 
+BODY = "json"  # --body: how the batches travel (JSON, or the columns body the hooks' sink sends)
+
+
+def encode(part: list[Row], run: str) -> tuple[bytes, str]:
+    if BODY == "columns":
+        from hyperwatch.hooks.columns import COLUMNS_MEDIA_TYPE, PointColumns, encode_body
+
+        cols = PointColumns.build([r[0] for r in part], [r[2] for r in part], [r[3] for r in part],
+                                  [r[1] for r in part], [r[2] * 4096 for r in part])  # fmt: skip
+        return encode_body(uuid.uuid4().hex, run, cols), COLUMNS_MEDIA_TYPE
+    pts = [{"name": n, "layer": la, "step": s, "tokens": s * 4096, "value": v} for n, la, s, v in part]
+    return json.dumps({"batch_id": uuid.uuid4().hex, "run": run, "points": pts}).encode(), "application/json"
+
+
 def http_rate(base: str, data: list[Row], batch: int, run: str) -> float:
     headers = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=base, headers=headers, timeout=120) as c:
         c.post("/api/v1/runs", json={"name": run}).raise_for_status()
-        bodies = []  # encoded before the clock starts: the figure is the service's, not the client's
-        for part in chunks(data, batch):
-            pts = [{"name": n, "layer": la, "step": s, "tokens": s * 4096, "value": v} for n, la, s, v in part]
-            bodies.append(json.dumps({"batch_id": uuid.uuid4().hex, "run": run, "points": pts}).encode())
+        # encoded before the clock starts: the figure is the service's, not the client's
+        bodies = [encode(part, run) for part in chunks(data, batch)]
         t0 = time.perf_counter()
-        for body in bodies:
-            c.post("/api/v1/points", content=body, headers={"Content-Type": "application/json"}).raise_for_status()
+        for body, kind in bodies:
+            c.post("/api/v1/points", content=body, headers={"Content-Type": kind}).raise_for_status()
         return len(data) / (time.perf_counter() - t0)
 
 
@@ -237,7 +249,7 @@ def ingest_figures(label: str, data: list[Row], repeats: int) -> None:
     limit = 32 if label == "sqlite" else 40
     r1, r8 = med["api1"] / med["raw1"], med["api8"] / med["rawall"]
     print(
-        f"ingest {label} ({len(data):,} points, median of {repeats}):\n"
+        f"ingest {label} ({len(data):,} points, {BODY} bodies, median of {repeats}):\n"
         f"  1 step/batch:  HTTP {med['api1']:,.0f} pts/s vs raw {how}, 1 tx/step {med['raw1']:,.0f} pts/s "
         f"= {r1:.2f}x (target >= 0.5: {'MET' if r1 >= 0.5 else 'NOT MET'})\n"
         f"  4096/batch:    HTTP {med['api8']:,.0f} pts/s vs raw {how}, 1 tx {med['rawall']:,.0f} pts/s "
@@ -260,7 +272,7 @@ def load_series(store: SqlStore, run_id: int, name_id: int, n: int) -> None:
     def chunk_rows(lo: int, hi: int) -> Iterator[tuple[Any, ...]]:
         for c in range(lo // CHUNK_STEPS, hi // CHUNK_STEPS):
             pts = [(s, s * 4096, value(s)) for s in range(c * CHUNK_STEPS, (c + 1) * CHUNK_STEPS)]
-            blob, nonfinite = encode(c, pts)
+            blob, nonfinite = encode_chunk(c, pts)
             yield (run_id, name_id, 0, c, nonfinite, blob)
 
     step = 1_000_000
@@ -343,7 +355,10 @@ def main() -> int:
     ap.add_argument("--no-sqlite", action="store_true", help="skip SQLite")
     ap.add_argument("--no-read", action="store_true", help="skip the read benchmark")
     ap.add_argument("--no-ingest", action="store_true", help="skip the ingest benchmark")
+    ap.add_argument("--body", choices=("json", "columns"), default="json", help="HTTP body (default json)")
     args = ap.parse_args()
+    global BODY
+    BODY = args.body
     data = rows(2000 if args.full else args.steps)
     if not args.no_sqlite and not args.no_ingest:
         ingest_figures("sqlite", data, args.repeats)

@@ -47,6 +47,7 @@ from bench.ingest import (
     rows,
     serve,
 )
+from hyperwatch.lifetime import die_with_parent
 
 REPO = Path(__file__).resolve().parents[1]
 PEERS_PY = REPO / ".venv-peers" / "bin" / "python"
@@ -139,7 +140,7 @@ def mlflow_server(directory: Path) -> contextlib.AbstractContextManager[str]:  #
     cmd += ["--backend-store-uri", f"sqlite:///{directory / 'mlflow.db'}", "--workers", "1"]
     cmd += ["--default-artifact-root", str(directory / "artifacts")]
     with open(directory / "server.log", "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(die_with_parent(cmd), stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 600  # slow to start on a loaded machine

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from hyperwatch.hooks import indicators
+from hyperwatch.hooks import fused, indicators
 
 # Device slots (sums, and counts that depend on the data).
 ATTN_Z, ATTN_Z_N, ROUTER_Z, ROUTER_Z_N, ATTN_SQ, ATTN_OUT, MLP_SQ, MLP_OUT, AUX = range(9)
@@ -129,14 +129,15 @@ class Accumulator:
         self._count(layer, ROUTER_Z_ROWS, lse.numel())
 
     def add_branch(self, layer: int, branch: str, output: torch.Tensor) -> None:
-        """Sum of squares and outlier count of a branch output: one add into two adjacent slots."""
-        per_token = indicators.branch_token_sums(output)
-        if branch == "attention":
-            self._pair[layer][0].add_(per_token.sum(dim=0, dtype=torch.float64))
-            self._count(layer, ATTN_ELEMS, output.numel())
+        """Sum of squares and outlier count of a branch output, added into two adjacent slots: by
+        the fused kernel (one read of ``output``) where it applies, else by the torch formula."""
+        attention = branch == "attention"
+        pair = self._pair[layer][0 if attention else 1]
+        if fused.applies(output):
+            fused.add_branch_sums_(pair, output)
         else:
-            self._pair[layer][1].add_(per_token.sum(dim=0, dtype=torch.float64))
-            self._count(layer, MLP_ELEMS, output.numel())
+            indicators.add_branch_sums_(pair, output)
+        self._count(layer, ATTN_ELEMS if attention else MLP_ELEMS, output.numel())
 
     def add_expert_counts(self, layer: int, counts: torch.Tensor) -> None:
         n = self.n_experts[layer]

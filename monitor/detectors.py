@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from hyperwatch.hooks.schema import Point, base_name, encode_value
+import numpy as np
+
+from hyperwatch.hooks.columns import PointColumns
+from hyperwatch.hooks.schema import MAX_LAYER, Point, base_name, encode_value
 from hyperwatch.monitor.store.base import Store, WindowReader
 from hyperwatch.monitor.store.entities import NewAlert
 
@@ -55,6 +58,26 @@ def _median(ordered: Sequence[float]) -> float:
     return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+def step_baseline(windows: Sequence[Sequence[tuple[int, float]]], th: dict[str, float]) -> float | None:
+    """The trailing median, in steps, of a metric's max over layers (the Prometheus spike rules' baseline).
+
+    A wall-clock window judges a rise by how fast the machine trains: on a loaded CPU a blow-up
+    spreads over minutes and never stands out from its own 30-minute median. Counted in logged
+    steps it does, on any machine. ``windows`` hold each layer's ``(step, value)`` pairs before the
+    latest step; the newest ``spike_window`` steps count, non-finite values are left out as the
+    detector leaves them out; None with fewer than ``spike_min_points`` steps of history.
+    """
+    per_step: dict[int, float] = {}
+    for window in windows:
+        for step, value in window:
+            if math.isfinite(value):
+                per_step[step] = max(value, per_step.get(step, -math.inf))
+    newest = [per_step[s] for s in sorted(per_step)[-int(th["spike_window"]) :]]
+    if not newest or len(newest) < th["spike_min_points"]:
+        return None
+    return _median(sorted(newest))
+
+
 def is_spike(value: float, history: Sequence[float], th: dict[str, float], floor: float) -> tuple[bool, float | None]:
     """(spike?, baseline median) of ``value`` against its trailing ``history`` (finite values only).
 
@@ -78,8 +101,38 @@ def _spike_sorted(value: float, finite: list[float], th: dict[str, float], floor
     )
 
 
+def _flagged(cols: PointColumns, th: dict[str, float]) -> tuple[list[Point], dict[tuple[str, int | None], list[Point]]]:
+    """The batch's points that can raise an alert, found on whole columns.
+
+    First: every non-finite point and every MaxVio above the limit, in batch order. Second: the
+    points of each spike-metric series that holds a candidate (a finite value at or above the
+    metric's absolute minimum), series in order of first appearance: a point below the minimum is
+    never a spike, but a candidate's series needs all of its points (they slide its window).
+    Everything else (nearly every point of a healthy run) never becomes a Python object here.
+    """
+    bases = [base_name(n) for n in cols.names]
+    code = cols.name_index
+    value = cols.value
+    finite = np.isfinite(value)
+    is_max_vio = np.array([b == "max_vio" for b in bases], dtype=bool)[code]
+    alarming = ~finite | (is_max_vio & (value > th["max_vio_limit"]))
+    floors = np.array([th.get(f"{n}_min", np.inf) if n in SPIKE_METRICS else np.nan for n in cols.names])[code]
+    spiky = ~np.isnan(floors)
+    candidate = spiky & finite & (value >= floors)
+    series: dict[tuple[str, int | None], list[Point]] = {}
+    if candidate.any():
+        key = code.astype(np.int64) * (MAX_LAYER + 2) + (cols.layer + 1)  # one integer per (name, layer)
+        members = np.flatnonzero(spiky & np.isin(key, np.unique(key[candidate])))
+        for p in cols.points(members):
+            series.setdefault((p.name, p.layer), []).append(p)
+    return cols.points(np.flatnonzero(alarming)), series
+
+
 def detect(
-    store: Store | WindowReader, run_id: int, points: Sequence[Point], group_thresholds: dict[str, Any] | None
+    store: Store | WindowReader,
+    run_id: int,
+    points: Sequence[Point] | PointColumns,
+    group_thresholds: dict[str, Any] | None,
 ) -> list[NewAlert]:
     """Alerts raised by a batch (after it is stored: the trailing windows are read from the store).
 
@@ -90,8 +143,8 @@ def detect(
     """
     th = thresholds_for(group_thresholds)
     alerts: list[NewAlert] = []
-    series: dict[tuple[str, int | None], list[Point]] = defaultdict(list)
-    for p in points:
+    flagged, candidates = _flagged(PointColumns.of(points), th)
+    for p in flagged:
         base = base_name(p.name)
         if not math.isfinite(p.value):
             rule = "nan_loss" if base in LOSS_METRICS else "nonfinite_value"
@@ -122,20 +175,13 @@ def detect(
                     f"{th['max_vio_limit']:.3g}): routing is collapsing onto few experts",
                 )
             )
-        if p.name in SPIKE_METRICS:
-            series[(p.name, p.layer)].append(p)
     window = int(th["spike_window"])
-    # A point below its metric's absolute minimum (or non-finite) is never a spike, whatever its
-    # history: only series with a candidate need their stored window (one read for all of them).
-    candidates = [
-        (key, pts)
-        for key, pts in series.items()
-        if any(math.isfinite(p.value) and p.value >= th[f"{key[0]}_min"] for p in pts)
-    ]
-    for _key, pts in candidates:
+    # only series with a candidate need their stored window (one read for all of them)
+    for pts in candidates.values():
         pts.sort(key=lambda q: q.step)
-    stored = store.trailing_windows(run_id, [(name, layer, pts[0].step) for (name, layer), pts in candidates], window)
-    for ((name, layer), pts), before in zip(candidates, stored):
+    keys = [(name, layer, pts[0].step) for (name, layer), pts in candidates.items()]
+    stored = store.trailing_windows(run_id, keys, window)
+    for ((name, layer), pts), before in zip(candidates.items(), stored):
         history: deque[float] = deque(before, maxlen=window)
         ordered = sorted(v for v in history if math.isfinite(v))  # kept sorted as the window slides
         floor = th[f"{name}_min"]

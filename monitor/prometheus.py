@@ -8,6 +8,12 @@ Run gauges are read from the ``series_latest`` table at scrape time, for runs wh
 ``project`` and ``run``; ``layer`` only on the ``hyperwatch_layer_*`` families and only for runs
 created with ``export_layers: true``. No step or metric-name labels: per-step detail stays in SQL.
 NaN and +-Inf are exported as themselves (the exposition format has NaN, +Inf and -Inf).
+
+The Z-spike rules (prometheus/rules.yml) need a baseline that does not depend on how fast the
+machine trains, so the collector also exports, per run, the trailing median *in logged steps* of
+the max over layers (:func:`monitor.detectors.step_baseline`, over the run's group ``spike_window``)
+and the group's own thresholds: the rule then fires on the service detector's level and ratio
+tests, whatever the wall-clock speed, and a group's thresholds tune both alerting paths at once.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from hyperwatch.monitor.core.errors import MonitorError
+from hyperwatch.monitor.detectors import SPIKE_METRICS, step_baseline, thresholds_for
 from hyperwatch.monitor.store.base import Store
+from hyperwatch.monitor.store.entities import LatestValue
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +89,58 @@ class RunCollector(Collector):
         except MonitorError as exc:  # a scrape must still return the service metrics
             log.warning("run gauges skipped: %s", exc)
             return
+        yield from self._latest(latest)
+        try:
+            yield from self._spike_baselines(latest)
+        except MonitorError as exc:
+            log.warning("spike baselines skipped: %s", exc)
+
+    def _spike_baselines(self, latest: list[LatestValue]) -> list[GaugeMetricFamily]:
+        """Per run and spike metric: the step-space baseline and the group's thresholds."""
+        labels = ["project", "run"]
+        base = {
+            m: GaugeMetricFamily(
+                f"hyperwatch_run_{m}_baseline",
+                f"Median {m} (max over layers) of the group's spike_window logged steps before the latest",
+                labels=labels,
+            )
+            for m in SPIKE_METRICS
+        }
+        floor = {
+            m: GaugeMetricFamily(
+                f"hyperwatch_run_{m}_spike_floor", f"The group threshold {m}_min: no spike below it", labels=labels
+            )
+            for m in SPIKE_METRICS
+        }
+        relative = GaugeMetricFamily(
+            "hyperwatch_run_spike_min_relative",
+            "The group threshold spike_min_relative: a spike exceeds (1 + it) x its baseline",
+            labels=labels,
+        )
+        layers: dict[tuple[str, str, int, int | None, str], list[tuple[int | None, int]]] = defaultdict(list)
+        for lv in latest:
+            if lv.name in SPIKE_METRICS:
+                layers[(lv.project, lv.run, lv.run_id, lv.group_id, lv.name)].append((lv.layer, lv.step))
+        groups: dict[int | None, dict[str, float]] = {}
+        with_relative: set[tuple[str, str]] = set()
+        for (project, run, run_id, group_id, name), rows in layers.items():
+            if group_id not in groups:
+                groups[group_id] = thresholds_for(self.store.get_group(group_id).thresholds if group_id else None)
+            th = groups[group_id]
+            if (project, run) not in with_relative:
+                with_relative.add((project, run))
+                relative.add_metric([project, run], th["spike_min_relative"])
+            top = max(step for _, step in rows)
+            windows = self.store.trailing_points(
+                run_id, [(name, layer, top) for layer, _ in rows], int(th["spike_window"])
+            )
+            value = step_baseline(windows, th)
+            if value is not None:
+                base[name].add_metric([project, run], value)
+            floor[name].add_metric([project, run], th[f"{name}_min"])
+        return [*base.values(), *floor.values(), relative]
+
+    def _latest(self, latest: list[LatestValue]) -> Iterator[GaugeMetricFamily]:
         per_run: dict[tuple[str, str], dict[str, list[tuple[int | None, int, float]]]] = defaultdict(
             lambda: defaultdict(list)
         )

@@ -6,16 +6,14 @@ values as JSON numbers. :data:`WireFloat` does the conversion for every value fi
 
 The ingestion body is exactly a :class:`hooks.schema.Batch`; :class:`BatchIn` validates it with the
 same rules (it calls ``validate_name``, ``validate_run_name`` and ``decode_value`` from hooks.schema).
-:data:`BatchBody` is what the ingest route declares: :func:`parse_batch` accepts the canonical form of a
-batch in one tight loop straight into :class:`hooks.schema.Point` objects and hands anything else to
-:class:`BatchIn`, whose error report (every bad field by its location) is the API's answer.
+The ingest route reads its body itself (:mod:`monitor.api.batch_body`: canonical batches straight
+into numpy columns); :class:`BatchIn` is its documented schema and, for anything else, its
+validator, whose error report (every bad field by its location) is the API's answer.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -25,8 +23,6 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
-    PlainValidator,
-    TypeAdapter,
     WithJsonSchema,
 )
 
@@ -34,8 +30,6 @@ from hyperwatch.hooks.schema import (
     MAX_LAYER,
     MAX_POINTS_PER_BATCH,
     MAX_STEP,
-    WIRE_TO_NONFINITE,
-    Point,
     RunStatus,
     SchemaError,
     decode_value,
@@ -158,94 +152,6 @@ class BatchIn(Strict):
     batch_id: str = Field(pattern=r"^[A-Za-z0-9_-]{8,64}$", description="idempotency key of the send")
     run: RunName
     points: list[PointIn] = Field(max_length=MAX_POINTS_PER_BATCH)
-
-
-@dataclass(frozen=True)
-class ParsedBatch:
-    """A valid ingestion body: what :class:`BatchIn` accepts, as the wire format's own points."""
-
-    batch_id: str
-    run: str
-    points: list[Point]
-
-
-_BATCH_IN = TypeAdapter(BatchIn)
-_BATCH_KEYS = frozenset({"batch_id", "run", "points"})
-_POINT_KEYS = frozenset({"name", "layer", "step", "tokens", "value"})
-_BATCH_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")  # fullmatch: BatchIn's anchored pattern
-_GOOD_NAMES: set[str] = set()  # names validate_name accepted (a pure function of the name)
-_GOOD_NAMES_MAX = 4096
-
-
-def _known_name(name: str) -> bool:
-    if name in _GOOD_NAMES:
-        return True
-    try:
-        validate_name(name)
-    except SchemaError:
-        return False
-    if len(_GOOD_NAMES) < _GOOD_NAMES_MAX:
-        _GOOD_NAMES.add(name)
-    return True
-
-
-def _fast_batch(obj: Any) -> ParsedBatch | None:
-    """The batch when it is in canonical form (JSON ints, known names, numbers or the three strings).
-
-    Conservative by construction: it accepts only inputs :class:`BatchIn` accepts, with the same
-    values; None sends the body through :class:`BatchIn` (which also accepts, e.g., a step of 12.0).
-    """
-    if type(obj) is not dict or obj.keys() != _BATCH_KEYS:
-        return None
-    batch_id, run, raw = obj["batch_id"], obj["run"], obj["points"]
-    if type(batch_id) is not str or _BATCH_ID.fullmatch(batch_id) is None or type(raw) is not list:
-        return None
-    if len(raw) > MAX_POINTS_PER_BATCH or type(run) is not str:
-        return None
-    try:
-        validate_run_name(run)
-    except SchemaError:
-        return None
-    points: list[Point] = []
-    append = points.append
-    for p in raw:
-        if type(p) is not dict or not p.keys() <= _POINT_KEYS:
-            return None
-        name, step, value = p.get("name"), p.get("step"), p.get("value")
-        layer, tokens = p.get("layer"), p.get("tokens")
-        if type(name) is not str or not _known_name(name):
-            return None
-        if type(step) is not int or not 0 <= step <= MAX_STEP:
-            return None
-        if layer is not None and (type(layer) is not int or not 0 <= layer <= MAX_LAYER):
-            return None
-        if tokens is not None and (type(tokens) is not int or not 0 <= tokens <= MAX_STEP):
-            return None
-        if type(value) is float:
-            pass
-        elif type(value) is int:
-            value = int_to_float(value)
-        elif type(value) is str and value in WIRE_TO_NONFINITE:
-            value = WIRE_TO_NONFINITE[value]
-        else:
-            return None
-        append(Point(name, step, value, layer, tokens))
-    return ParsedBatch(batch_id, run, points)
-
-
-def parse_batch(obj: Any) -> ParsedBatch:
-    """Validate an ingestion body by :class:`BatchIn`'s rules (a ValidationError names every bad field)."""
-    fast = _fast_batch(obj)
-    if fast is not None:
-        return fast
-    batch = _BATCH_IN.validate_python(obj)
-    return ParsedBatch(
-        batch.batch_id, batch.run, [Point(p.name, p.step, p.value, p.layer, p.tokens) for p in batch.points]
-    )
-
-
-BatchBody = Annotated[ParsedBatch, PlainValidator(parse_batch, json_schema_input_type=BatchIn)]
-"""The ingest route's body: documented (OpenAPI) as :class:`BatchIn`, validated by :func:`parse_batch`."""
 
 
 class IngestOut(BaseModel):

@@ -222,6 +222,7 @@ class TrainConfig:
     compile: bool = True  # torch.compile on CUDA (ignored on CPU); the warm-up time is logged
     parallel: Literal["ddp", "fsdp"] = "ddp"  # multi-rank: replicated (DDP) or sharded (FSDP2 fully_shard)
     progress: bool = True
+    threads: int = 0  # PyTorch CPU threads of this process (0 = PyTorch's default, one per core)
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -230,7 +231,7 @@ class TrainConfig:
         _require(self.tpp > 0, f"{w}.tpp", "must be > 0")
         _require(self.batch_tokens >= 1, f"{w}.batch_tokens", "must be >= 1")
         _require(self.micro_batch >= 1, f"{w}.micro_batch", "must be >= 1")
-        for name in ("eval_every", "checkpoint_every", "max_steps"):
+        for name in ("eval_every", "checkpoint_every", "max_steps", "threads"):
             _require(getattr(self, name) >= 0, f"{w}.{name}", "must be >= 0")
         _require(self.eval_batches >= 1, f"{w}.eval_batches", "must be >= 1")
         _require(

@@ -28,6 +28,7 @@ import argparse
 import itertools
 import json
 import logging
+import os
 import shlex
 import signal
 import subprocess
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hyperwatch.lifetime import die_with_parent
 from hyperwatch.trainer.config import SECTIONS, ConfigError, build_config, parse_scalar
 
 log = logging.getLogger(__name__)
@@ -179,11 +181,26 @@ def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def threads_per_run(parallel: int) -> int:
+    """PyTorch threads for each of ``parallel`` runs side by side: the cores this process may use, shared.
+
+    Without it every run starts one thread per core and runs side by side oversubscribe the machine:
+    OpenMP threads spin-wait on each other (``bench/demo_threads.py``: two d=4 runs on 2 cores took
+    5.2x the CPU time and 6.4x the wall time with PyTorch's default threads)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, parallel))
+
+
 def command(sweep: Sweep, run: SweepRun) -> list[str]:
-    """The train command of one run: every base option and grid value as ``--section.key value``."""
+    """The train command of one run: every base option and grid value as ``--section.key value``.
+
+    With ``workers > 1`` (and no launcher) each run gets its share of the cores as PyTorch threads
+    unless the sweep sets ``train.threads`` itself."""
     sections = _merge(sweep.base, run.overrides)
     folder = sweep.folder / run.name
     sections.setdefault("train", {}).update(out_dir=str(folder), progress=False)
+    if sweep.workers > 1 and not sweep.launcher:
+        sections["train"].setdefault("threads", threads_per_run(sweep.workers))
     sections.setdefault("log", {}).update(run=run.name, group=sweep.name)
     sections["log"]["sink"] = sweep.server or str(sweep.folder / "indicators")
     if sweep.token:
@@ -237,7 +254,11 @@ def execute(sweep: Sweep, run: SweepRun) -> SweepRun:
         return run
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "train.log", "ab") as out:
-        proc = subprocess.Popen(command(sweep, run), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        # SIGINT if the sweep dies: the run takes its Ctrl-C path (marked "interrupted", resumable);
+        # when the service died with the sweep (the demo) it gives up delivering after its close
+        # timeout (60 s, measured: both runs of a SIGKILLed demo gone within 70 s)
+        cmd = die_with_parent(command(sweep, run), signal.SIGINT)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert proc.stdout is not None
         for line in proc.stdout:  # the whole log goes to train.log; progress lines also to the console
             out.write(line)

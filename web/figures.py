@@ -96,14 +96,23 @@ def line_trace(
     return trace
 
 
+def _bucket_words(width: int) -> str:
+    """A heatmap cell's span: one logged step needs no "max" (``width`` is in steps)."""
+    return "one cell per step" if width == 1 else f"max per bucket of {width} steps"
+
+
 RATIOS = ("attention_outlier_ratio", "mlp_outlier_ratio")
 """Fractions in 0..1: their axes start at 0 (never -1..1 around an all-zero line) and stop at 1 at most."""
 
 
 def ratio_axis(layout: dict[str, Any], name: str, axis: str = "yaxis") -> dict[str, Any]:
-    """Pin a ratio's value axis to 0..1 (autorange inside it: tiny fractions stay readable)."""
+    """Keep a ratio's value axis inside 0..1 and autoranged there, so tiny fractions stay readable.
+
+    ``clipmin``/``clipmax`` bound the autorange; ``minallowed``/``maxallowed`` would not do: plotly.js
+    then draws the whole 0..1 range and a 1e-5 outlier ratio lies flat on the axis (seen in Chromium).
+    """
     if name in RATIOS:
-        layout[axis].update({"rangemode": "nonnegative", "autorangeoptions": {"minallowed": 0, "maxallowed": 1}})
+        layout[axis].update({"rangemode": "tozero", "autorangeoptions": {"clipmin": 0, "clipmax": 1}})
     return layout
 
 
@@ -327,9 +336,7 @@ def heatmap_figure(run: Run, m: LayerMatrix, xs: Sequence[float | None], x: XAxi
                 "meta": {"nonfinite": True},
             }
         )
-    layout = base_layout(
-        f"{esc(m.name)} per layer (max per bucket of {m.bucket_width} steps)", X_TITLES[x], "layer", 300
-    )
+    layout = base_layout(f"{esc(m.name)} per layer ({_bucket_words(m.bucket_width)})", X_TITLES[x], "layer", 300)
     layout.pop("yaxis2")
     layout["yaxis"] = {"title": {"text": "layer"}, "dtick": 1 if len(m.layers) <= 24 else None}
     return {"data": data, "layout": layout, "meta": {"name": m.name, "layers": list(m.layers)}}

@@ -16,6 +16,9 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from hyperwatch.hooks.columns import COLUMNS_MEDIA_TYPE, PointColumns, encode_body
+from hyperwatch.hooks.schema import Batch
+
 DELIVERED, UNKNOWN_RUN, RETRY, AUTH, REFUSED = "delivered", "unknown_run", "retry", "auth", "refused"
 
 
@@ -44,12 +47,18 @@ def request(
     token: str | None = None,
     timeout: float = 10.0,
     idempotency_key: str | None = None,
+    content_type: str = "application/json",
 ) -> Response:
-    """One HTTP request with a JSON body; never raises for network or HTTP errors."""
-    data = None if body is None else json.dumps(body, allow_nan=False).encode("utf-8")
+    """One HTTP request with a JSON body (or ``body`` as bytes of ``content_type``); never raises for
+    network or HTTP errors."""
+    if isinstance(body, bytes):
+        data: bytes | None = body
+    else:
+        data = None if body is None else json.dumps(body, allow_nan=False).encode("utf-8")
+        content_type = "application/json"
     headers = {"Accept": "application/json"}
     if data is not None:
-        headers["Content-Type"] = "application/json"
+        headers["Content-Type"] = content_type
     if token:
         headers["Authorization"] = f"Bearer {token}"
     if idempotency_key:
@@ -89,3 +98,22 @@ def classify(resp: Response) -> str:
 
 def api(base: str, path: str) -> str:
     return base.rstrip("/") + path
+
+
+def post_points(base: str, batch: Batch, token: str | None, timeout: float, columns: bool) -> tuple[Response, bool]:
+    """POST a batch as the columns body (:mod:`hooks.columns`) when ``columns``, else as JSON.
+
+    Returns the answer and whether to keep sending columns. A service that does not read them (an
+    older one answers 422, another 415) gets the same batch under the same key as JSON at once, and
+    JSON from then on once that is delivered; a batch refused in both forms is the batch's fault
+    (the answer is the JSON one) and changes nothing.
+    """
+    url = api(base, "/api/v1/points")
+    if columns:
+        raw = encode_body(batch.batch_id, batch.run, PointColumns.from_points(batch.points))
+        resp = request("POST", url, raw, token, timeout, batch.batch_id, content_type=COLUMNS_MEDIA_TYPE)
+        if resp.status not in (415, 422):
+            return resp, True
+        again = request("POST", url, batch.to_json(), token, timeout, batch.batch_id)
+        return again, classify(again) != DELIVERED
+    return request("POST", url, batch.to_json(), token, timeout, batch.batch_id), False

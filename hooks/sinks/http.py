@@ -89,6 +89,7 @@ class HttpSink(Sink):
         backoff: tuple[float, float] = (0.2, 30.0),
         close_timeout: float | None = None,
         max_spool_bytes: int | None = None,
+        columns_body: bool = True,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise SinkError(f"sink: {url!r} is not an http(s) URL; pass e.g. sink='http://localhost:8000'")
@@ -120,6 +121,7 @@ class HttpSink(Sink):
         self.run: RunInfo | None = None
         self.run_id: str | None = None
         self.delivered = 0  # batches acknowledged
+        self.columns_body = columns_body  # binary columns (hooks.columns) while the service reads them
         self.last_error = ""
         self._seq = 0
         self._single = False  # after a refused merged request, send batches one by one
@@ -451,14 +453,7 @@ class HttpSink(Sink):
         batch = merge(batches)
         folder = self._require_started()
         write_inflight(folder, chosen)
-        resp = client.request(
-            "POST",
-            client.api(self.url, "/api/v1/points"),
-            batch.to_json(),
-            self.token,
-            self.timeout,
-            idempotency_key=batch.batch_id,
-        )
+        resp, self.columns_body = client.post_points(self.url, batch, self.token, self.timeout, self.columns_body)
         kind = client.classify(resp)
         if kind == client.DELIVERED:
             for path in chosen:

@@ -9,6 +9,7 @@ Rules, for each summary ordered by scale:
 - bounded: every value is finite. A NaN or infinite peak is a training fact and breaks stability.
 - non-increasing: each value is at most the previous scale's value plus
   ``rtol * |previous| + atol`` (default rtol 5%: plateaus within noise pass).
+  Outlier ratios also have an absolute floor, :data:`ABS_FLOOR` (a single element is not a trend).
 - ``breaks_at`` is the first scale that is non-finite or exceeds the previous one beyond tolerance.
 When several runs share a scale (seeds, LRs), the worst of them (largest, non-finite first) stands
 for the scale. An indicator seen at fewer than two scales is ``insufficient_scales`` unless it is
@@ -28,6 +29,14 @@ from hyperwatch.hooks.schema import SchemaError, decode_value
 from hyperwatch.monitor.analysis._common import AnalysisError, jsonable
 
 DEFAULT_RTOL = 0.05
+
+ABS_FLOOR: dict[str, float] = {"attention_outlier_ratio": 1e-5, "mlp_outlier_ratio": 1e-5}
+"""The smallest absolute increase that counts, per indicator, whatever ``atol`` asks for less.
+
+An outlier ratio is a count of elements over a count of elements: at 0 at one scale and one
+element in 10^6 at the next, the rule above would say "breaks" on a single element (seen in the
+demo's HyperP arm). A Gaussian's 5-sigma tail is 5.7e-7; 1e-5 (ten elements per million) is well
+above that noise and far below the 1e-4..1e-3 ratios of a model whose outliers grow."""
 
 Verdict = Literal["transferable", "breaks", "insufficient_scales"]
 
@@ -166,7 +175,8 @@ def stability_verdict(
         scales = sorted(by_scale)
         peaks = [_worst([p for _, p, _ in by_scale[s]]) for s in scales]
         finals = [_worst([f for _, _, f in by_scale[s]]) for s in scales]
-        peak_v, final_v = _judge(scales, peaks, rtol, atol), _judge(scales, finals, rtol, atol)
+        tol = max(atol, ABS_FLOOR.get(name, 0.0))
+        peak_v, final_v = _judge(scales, peaks, rtol, tol), _judge(scales, finals, rtol, tol)
         breaks = [b for b in (peak_v.breaks_at, final_v.breaks_at) if b is not None]
         verdict: Verdict
         if breaks:

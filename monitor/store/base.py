@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store.entities import (
     Alert,
@@ -63,6 +64,14 @@ class Store(ABC):
     @abstractmethod
     def find_run(self, project: str, name: str) -> Run: ...
 
+    def ingest_target(self, project: str, name: str) -> tuple[int, dict[str, Any] | None]:
+        """The id of the run a batch names and its group's thresholds (None without a group).
+
+        All the ingest route needs before it stores a batch; a store may answer it in one read.
+        """
+        run = self.find_run(project, name)
+        return run.id, (self.get_group(run.group_id).thresholds if run.group_id is not None else None)
+
     @abstractmethod
     def list_runs(
         self,
@@ -92,7 +101,7 @@ class Store(ABC):
         self,
         run_id: int,
         batch_id: str,
-        points: Sequence[Point],
+        points: Sequence[Point] | PointColumns,
         detector: Detector | None = None,
     ) -> IngestResult:
         """Store a batch once: a repeated batch_id is a no-op; a repeated (name, layer, step) overwrites.
@@ -121,6 +130,12 @@ class Store(ABC):
         self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
     ) -> list[list[float]]:
         """:meth:`trailing_values` of many ``(name, layer, before_step)`` at once (one read), in ``keys`` order."""
+
+    @abstractmethod
+    def trailing_points(
+        self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
+    ) -> list[list[tuple[int, float]]]:
+        """:meth:`trailing_windows` with each value's step, ``(step, value)`` pairs (aligns layers by step)."""
 
     # alerts and exports
     @abstractmethod

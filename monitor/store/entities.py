@@ -159,3 +159,5 @@ class LatestValue:
     step: int
     value: float
     last_point_at: datetime | None
+    run_id: int = 0
+    group_id: int | None = None  # whose thresholds the spike gauges use (None: the defaults)

@@ -21,10 +21,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 from sqlalchemy import case, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
+from hyperwatch.hooks.columns import NULL_INT, PointColumns
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store.bulk import bulk_write
 from hyperwatch.monitor.store.compact import Known, boundary, compacts, store_sealed
@@ -97,21 +99,41 @@ def claim_batch(conn: Connection, run_id: int, batch_id: str, n_points: int) -> 
     return batch_seen(conn, batch_id)
 
 
-def point_rows(points: Sequence[Point], name_ids: dict[str, int]) -> list[PointRow]:
-    """(name_id, layer, step, tokens, sql value) per distinct key, the last occurrence winning, key-sorted."""
-    rows: dict[tuple[int, int, int], PointRow] = {}
-    for p in points:
-        key = (name_ids[p.name], RUN_LEVEL_LAYER if p.layer is None else p.layer, p.step)
-        rows[key] = (*key, p.tokens, None if math.isnan(p.value) else p.value)
-    return [rows[k] for k in sorted(rows)]
+def point_rows(points: Sequence[Point] | PointColumns, name_ids: dict[str, int]) -> list[PointRow]:
+    """(name_id, layer, step, tokens, sql value) per distinct key, the last occurrence winning, key-sorted.
+
+    On the batch's columns: one stable sort by key (equal keys keep their arrival order, so the last
+    of each run of equal keys is the last occurrence), then plain tuples for the driver.
+    """
+    cols = PointColumns.of(points)
+    if not len(cols):
+        return []
+    ids = np.array([name_ids[n] for n in cols.names], dtype=np.int64)[cols.name_index]
+    layer = np.where(cols.layer == NULL_INT, RUN_LEVEL_LAYER, cols.layer)
+    step = cols.step
+    order = np.lexsort((step, layer, ids))
+    ids, layer, step = ids[order], layer[order], step[order]
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = (ids[1:] != ids[:-1]) | (layer[1:] != layer[:-1]) | (step[1:] != step[:-1])
+    keep = order[last]
+    tokens: list[Any] = cols.tokens[keep].tolist()
+    if NULL_INT in tokens:
+        tokens = [None if t == NULL_INT else t for t in tokens]
+    value = cols.value[keep]
+    values: list[Any] = value.tolist()
+    for i in np.flatnonzero(np.isnan(value)).tolist():
+        values[i] = None  # NaN is stored as NULL (see models.py)
+    return list(zip(ids[last].tolist(), layer[last].tolist(), step[last].tolist(), tokens, values))
 
 
-def write_points(conn: Connection, run_id: int, points: Sequence[Point], name_ids: dict[str, int]) -> int:
+def write_points(
+    conn: Connection, run_id: int, points: Sequence[Point] | PointColumns, name_ids: dict[str, int]
+) -> int:
     """Store the points of a claimed batch with their latest values, sealed chunks and rollups, the run's progress.
 
     Returns how many hot rows were moved into chunks (deleted from ``metric_points``: see :mod:`.hot`).
     """
-    if not points:
+    if not points:  # a PointColumns is falsy when empty, like a list
         return 0
     rows = point_rows(points, name_ids)
     before = _lock_latest(conn, run_id, sorted({(r[0], r[1]) for r in rows}))

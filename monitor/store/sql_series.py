@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, select
 from sqlalchemy.engine import Connection, Engine
 
+from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import downsample as ds
 from hyperwatch.monitor.store.base import Detector
@@ -38,7 +39,7 @@ from hyperwatch.monitor.store.points import (
     to_sql_value,
     write_points,
 )
-from hyperwatch.monitor.store.trailing import trailing_windows
+from hyperwatch.monitor.store.trailing import trailing_points
 
 
 def _alert_key(a: NewAlert) -> tuple[str, str, int, int]:
@@ -72,14 +73,15 @@ class SeriesMixin:
     # -- points ----------------------------------------------------------------------------------
     @retry_busy
     def ingest(
-        self, run_id: int, batch_id: str, points: Sequence[Point], detector: Detector | None = None
+        self, run_id: int, batch_id: str, points: Sequence[Point] | PointColumns, detector: Detector | None = None
     ) -> IngestResult:
         with managed(self.engine, f"store batch {batch_id} of run {run_id}", write=True) as conn:
             seen = claim_batch(conn, run_id, batch_id, len(points))
             if seen is not None:
                 return IngestResult(run_id=run_id, accepted=seen, duplicate=True)
-            name_ids = {n: self._name_id(conn, n) for n in {p.name for p in points}}
-            moved = write_points(conn, run_id, points, name_ids)  # type: ignore[arg-type]
+            columns = PointColumns.of(points)
+            name_ids = {n: self._name_id(conn, n) for n in columns.names}
+            moved = write_points(conn, run_id, columns, name_ids)  # type: ignore[arg-type]
             alerts: list[NewAlert] = []
             if detector is not None:
                 # same transaction: the batch and its alerts commit together or not at all (a retried
@@ -166,13 +168,26 @@ class SeriesMixin:
     def _trailing_windows(
         self, conn: Connection, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
     ) -> list[list[float]]:
+        return [[v for _s, v in w] for w in self._trailing_points(conn, run_id, keys, limit)]
+
+    def trailing_points(
+        self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
+    ) -> list[list[tuple[int, float]]]:
+        if not keys:
+            return []
+        with managed(self.engine, f"read trailing points of {len(keys)} series of run {run_id}") as conn:
+            return self._trailing_points(conn, run_id, keys, limit)
+
+    def _trailing_points(
+        self, conn: Connection, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
+    ) -> list[list[tuple[int, float]]]:
         ids = {name: self._name_id(conn, name, create=False) for name in {k[0] for k in keys}}
         known = [i for i, k in enumerate(keys) if ids[k[0]] is not None]
         wanted = [(ids[keys[i][0]], sql_layer(keys[i][1]), keys[i][2]) for i in known]
-        found = trailing_windows(conn, run_id, wanted, limit)  # type: ignore[arg-type]
-        out: list[list[float]] = [[] for _ in keys]
+        found = trailing_points(conn, run_id, wanted, limit)  # type: ignore[arg-type]
+        out: list[list[tuple[int, float]]] = [[] for _ in keys]
         for i, window in zip(known, found):
-            out[i] = [from_sql_value(v) for v in window]
+            out[i] = [(s, from_sql_value(v)) for s, v in window]
         return out
 
     # -- alerts and exports ----------------------------------------------------------------------
@@ -266,6 +281,8 @@ class SeriesMixin:
                 SeriesLatestRow.step,
                 SeriesLatestRow.value,
                 RunRow.last_point_at,
+                RunRow.id,
+                RunRow.group_id,
             )
             .select_from(SeriesLatestRow)
             .join(RunRow, RunRow.id == SeriesLatestRow.run_id)
@@ -275,6 +292,6 @@ class SeriesMixin:
         )
         with managed(self.engine, "read latest values of active runs") as conn:
             return [
-                LatestValue(p, r, bool(e), n, api_layer(la), s, from_sql_value(v), as_utc(t))
-                for p, r, e, n, la, s, v, t in conn.execute(q)
+                LatestValue(p, r, bool(e), n, api_layer(la), s, from_sql_value(v), as_utc(t), rid, gid)
+                for p, r, e, n, la, s, v, t, rid, gid in conn.execute(q)
             ]

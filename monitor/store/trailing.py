@@ -45,8 +45,11 @@ def _chunks_sql(dialect: str, n: int) -> str:
     return " UNION ALL ".join(one.format(i=i, m=mark) for i in range(n))
 
 
-def trailing_windows(conn: Connection, run_id: int, keys: Sequence[WindowKey], limit: int) -> list[list[float | None]]:
-    """Per key, the ``limit`` newest stored values strictly before its step, oldest first (NULL = NaN)."""
+def trailing_points(
+    conn: Connection, run_id: int, keys: Sequence[WindowKey], limit: int
+) -> list[list[tuple[int, float | None]]]:
+    """Per key, the ``limit`` newest stored ``(step, value)`` pairs strictly before its step, oldest first
+    (NULL = NaN). The steps let a caller line layers up (the max over layers of one step)."""
     if limit < 1:
         raise ValueError(f"limit: the window must hold at least 1 point, got {limit}")
     out: list[list[tuple[int, float | None]]] = [[] for _ in keys]
@@ -62,7 +65,7 @@ def trailing_windows(conn: Connection, run_id: int, keys: Sequence[WindowKey], l
     short = [(i, min(w[0][0] if w else keys[i][2], keys[i][2])) for i, w in enumerate(windows) if len(w) < limit]
     while short:
         short = _from_chunks(conn, run_id, keys, windows, short, limit)
-    return [[v for _s, v in w[-limit:]] for w in windows]
+    return [w[-limit:] for w in windows]
 
 
 def _from_chunks(

@@ -4,8 +4,8 @@ in headless Chromium.
 Two arms across depths 2 and 4 stream into the service: MuonH + HyperP with QK-Norm (attention Z
 bounded: "transferable") and vanilla MuonH without QK-Norm at a too-high LR (attention Z explodes
 and grows with depth: "breaks", z_spike alerts from the service's detector and, with Prometheus
-and Alertmanager installed, HyperWatchAttentionZSpike delivered to the webhook). Screenshots of
-every page go to test-artifacts/e2e/.
+and Alertmanager, HyperWatchAttentionZSpike delivered to the webhook). Screenshots of every page
+go to test-artifacts/e2e/.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
 from hyperwatch.app import create_app
+from hyperwatch.lifetime import die_with_parent
 from hyperwatch.monitor.children import alerting_available, free_port
 from hyperwatch.monitor.core.config import Settings
 from hyperwatch.monitor.store import SqlStore
@@ -35,11 +36,12 @@ README_SHOT = Path(__file__).resolve().parents[2] / "docs" / "demo-scale-baselin
 """The README's picture: the baseline arm's scale page, taken from the demo's own data."""
 
 
-@pytest.mark.timeout(2400)  # ~2 min on a quiet 2-core machine; ~12 min measured on a heavily shared one
+@pytest.mark.timeout(2400)  # 78 s of CPU in all; 81 s wall measured on a shared 2-core machine (load 5)
 def test_fast_demo_catches_the_instability_live_across_scales(tmp_path: Path) -> None:
-    env = {**os.environ, "HYPERWATCH_DEMO_FAST": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "HYPERWATCH_DEMO_FAST": "1"}  # the demo gives each arm its share of the cores
     cmd = [sys.executable, "-m", "hyperwatch", "demo", "--no-serve", "--out", str(tmp_path), "--port", str(free_port())]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=2300, env=env)
+    # die_with_parent: a test session stopped midway takes the demo (and so its children) along
+    proc = subprocess.run(die_with_parent(cmd), capture_output=True, text=True, timeout=2300, env=env)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     assert out.splitlines()[0].startswith("HyperWatch dashboard: http://127.0.0.1:")  # the URL first
@@ -77,14 +79,15 @@ def test_fast_demo_catches_the_instability_live_across_scales(tmp_path: Path) ->
         service = [a for a in alerts if a["source"] == "service" and a["rule"] == "z_spike"]
         assert service and all(a["run"].startswith("demo-baseline") for a in service), alerts[:3]
         assert not [a for a in alerts if a["run"].startswith("demo-hyperp")]
-        if alerting_available() is None:
-            # Prometheus and Alertmanager ran beside the demo; whether the production spike rule fires
-            # depends on wall-clock speed (a steady rise over minutes on a loaded CPU is not a spike to
-            # a 6 x IQR rule), so the delivery itself is proven by tests/e2e/test_alerting.py. What did
-            # arrive must be about the baseline arm.
-            assert "Prometheus http://127.0.0.1:" in out
-            prom = [a for a in alerts if a["source"] == "prometheus"]
-            assert all(a["run"].startswith("demo-baseline") and a["rule"] == "HyperWatchAttentionZSpike" for a in prom)
+        # Prometheus and Alertmanager ran beside the demo (scripts/system-deps.sh installs them) and
+        # the production rule fired from the demo's own training: its baseline is counted in steps,
+        # so a slow or loaded machine makes no difference. Only the baseline arm's runs fire.
+        assert alerting_available() is None, alerting_available()
+        assert "Prometheus http://127.0.0.1:" in out
+        prom = [a for a in alerts if a["source"] == "prometheus"]
+        assert prom, f"no Prometheus alert arrived; alerts by source: {sorted({a['source'] for a in alerts})}"
+        assert all(a["run"].startswith("demo-baseline") and a["rule"] == "HyperWatchAttentionZSpike" for a in prom)
+        assert all(a["name"] == "attention_z" and a["value"] >= 100 for a in prom), prom
         spiky = service[-1]["run_id"]
     check_pages(db, groups, spiky)
 

@@ -1,6 +1,8 @@
 """A small real HTTP service with the HyperWatch run/points contract, for the sink tests.
 
-Run as ``python fake_service.py PORT DB_PATH [--token T] [--fail-first-points N]``. It stores
+Run as ``python fake_service.py PORT DB_PATH [--token T] [--json-only]``. Batches come as JSON or
+as the columns body of :mod:`hooks.columns` (counted as ``columns_posts``), which ``--json-only``
+answers with 415, as a service that does not read it would. It stores
 in SQLite, so a SIGKILLed instance restarted on the same file keeps what it acknowledged.
 Points are idempotent on batch_id only (stricter than the real service, which also dedups on
 (run, name, layer, step)), so a duplicate row means the client resent under a new key;
@@ -15,6 +17,8 @@ import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
+from hyperwatch.hooks.columns import COLUMNS_MEDIA_TYPE, decode_body
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (id INTEGER PRIMARY KEY, name TEXT UNIQUE, body TEXT, status TEXT);
 CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY);
@@ -26,6 +30,7 @@ CREATE TABLE IF NOT EXISTS stats (key TEXT PRIMARY KEY, n INTEGER);
 class Handler(BaseHTTPRequestHandler):
     db: sqlite3.Connection
     token: str | None = None
+    json_only = False
 
     def log_message(self, format: str, *args: Any) -> None:
         return
@@ -40,7 +45,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> Any:
         n = int(self.headers.get("Content-Length") or 0)
-        return json.loads(self.rfile.read(n)) if n else None
+        raw = self.rfile.read(n) if n else b""
+        if self.headers.get("Content-Type") == COLUMNS_MEDIA_TYPE:
+            if self.json_only:
+                self._reply(415, {"detail": "send JSON"})
+                return None
+            self.db.execute("INSERT INTO stats VALUES ('columns_posts', 1) ON CONFLICT(key) DO UPDATE SET n = n + 1")
+            batch_id, run, columns = decode_body(raw)
+            return {"batch_id": batch_id, "run": run, "points": [p.to_json() for p in columns.points()]}
+        return json.loads(raw) if raw else None
 
     def _authorized(self) -> bool:
         if self.token is None or self.headers.get("Authorization") == f"Bearer {self.token}":
@@ -62,6 +75,8 @@ class Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return
         body = self._body()
+        if body is None and self.path == "/api/v1/points":
+            return  # answered already (415)
         db = self.db
         if self.path == "/api/v1/runs":
             db.execute(
@@ -126,6 +141,7 @@ def main() -> None:
     db.isolation_level = ""
     Handler.db = db
     Handler.token = token
+    Handler.json_only = "--json-only" in sys.argv
     server = HTTPServer(("127.0.0.1", port), Handler)  # one thread: one SQLite connection
     print("ready", flush=True)
     server.serve_forever()

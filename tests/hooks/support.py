@@ -16,6 +16,8 @@ import pytest
 import torch
 from torch import nn
 
+from hyperwatch.lifetime import die_with_parent
+
 HERE = Path(__file__).parent
 
 
@@ -28,10 +30,11 @@ def free_port() -> int:
 class FakeService:
     """tests/hooks/fake_service.py in a subprocess: start, SIGKILL, restart on the same port and file."""
 
-    def __init__(self, db: Path, token: str | None = None) -> None:
+    def __init__(self, db: Path, token: str | None = None, json_only: bool = False) -> None:
         self.port = free_port()
         self.db = db
         self.token = token
+        self.json_only = json_only
         self.proc: subprocess.Popen[str] | None = None
 
     @property
@@ -42,7 +45,8 @@ class FakeService:
         cmd = [sys.executable, str(HERE / "fake_service.py"), str(self.port), str(self.db)]
         if self.token:
             cmd += ["--token", self.token]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        cmd += ["--json-only"] if self.json_only else []
+        self.proc = subprocess.Popen(die_with_parent(cmd), stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         assert self.proc.stdout.readline().strip() == "ready"
 

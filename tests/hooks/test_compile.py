@@ -6,6 +6,7 @@ must neither recompile nor break a graph, and the indicators must equal the eage
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 from hyperwatch import hooks
+from hyperwatch.hooks import indicators
 from tests.hooks.support import bundled_model, hf_model
 
 EVERY = 2
@@ -121,3 +123,28 @@ def test_compiled_model_gives_every_indicator_without_recompiles(name: str, inne
         assert {"attention_z", "attention_rms", "mlp_rms", "attention_outlier_ratio", "mlp_outlier_ratio"} <= names
         for key, want in eager.items():
             assert compiled[key] == pytest.approx(want, rel=2e-3, abs=1e-6), key
+
+
+def test_compiled_branch_statistics_read_each_row_once() -> None:
+    """Inductor's CPU code for the branch statistics: one parallel loop over the token rows, three
+    inner loops over a row (mean, squared deviations, outlier count) while it sits in L1, so the
+    branch output is read from memory once (read from the generated code; torch is pinned)."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    out = torch.zeros(2, dtype=torch.float64)
+    x = torch.randn(48, 128)
+    x[3, 7] = 40.0
+
+    def stats(t: torch.Tensor) -> None:
+        indicators.add_branch_sums_(out, t)
+
+    _, codes = run_and_get_code(torch.compile(stats, backend="inductor"), x)
+    code = "\n".join(codes)
+    cast = r"static_cast<int64_t>"
+    loop = rf"for\(int64_t (x\d)={cast}\(0L\); \1<{cast}\({{n}}L\); \1\+={cast}\({{step}}"
+    rows = re.findall(loop.format(n=48, step="1L"), code)
+    cols = re.findall(loop.format(n=128, step=""), code)
+    assert (len(rows), len(cols)) == (1, 3), code
+    want = indicators.branch_sums(x)
+    assert out[1] == want[1] == 1 and float(out[0]) == pytest.approx(float(want[0]), rel=1e-6)

@@ -208,3 +208,25 @@ def test_sdpa_semantics_of_reference_helper() -> None:
     s = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(8)
     s = s.masked_fill(~torch.ones(4, 4, dtype=torch.bool).tril(), -math.inf)
     torch.testing.assert_close(probs.double(), (s - lse.unsqueeze(-1)).exp(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("chunk", [1, 64, 1000, 1 << 18])
+def test_branch_sums_in_cache_sized_row_slices_equal_one_pass(chunk: int) -> None:
+    """Eager CPU walks the rows in slices; per-token values are the same, only the float64 sum
+    over tokens groups differently. A NaN token in any slice still makes the total NaN."""
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(5, 33, 64, generator=g) * 3).bfloat16()
+    x[1, 4, 9] = 60.0
+    want = indicators.branch_sums(x)
+    out = torch.zeros(2, dtype=torch.float64)
+    indicators.add_branch_sums_(out, x, chunk_elements=chunk)
+    assert out[1] == want[1] >= 1
+    assert math.isclose(float(out[0]), float(want[0]), rel_tol=1e-12)
+    x[3, 30, 1] = math.inf
+    out.zero_()
+    indicators.add_branch_sums_(out, x, chunk_elements=chunk)
+    assert float(out[0]) == math.inf and out[1] == want[1]
+    x[4, 0, 0] = math.nan
+    out.zero_()
+    indicators.add_branch_sums_(out, x.transpose(0, 1), chunk_elements=chunk)  # strided input too
+    assert math.isnan(float(out[0])) and out[1] == want[1]

@@ -205,3 +205,30 @@ def test_import_hooks_pulls_in_only_torch_numpy_and_the_standard_library() -> No
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "", f"import hooks also imported: {out.stdout.strip()}"
+
+
+def test_the_sink_sends_columns_to_a_service_that_reads_them_and_json_to_one_that_does_not(tmp_path: Path) -> None:
+    """Issue 16: the binary columns body by default; a 415 (or an older service's 422) falls back to
+    JSON for the same batch under the same key, and for the rest of the run; nothing lost or doubled."""
+    sent = [Point("loss", 0, math.nan), Point("attention_z", 0, -math.inf, layer=3, tokens=7), Point("loss", 1, -0.0)]
+    for json_only in (False, True):
+        svc = FakeService(tmp_path / f"s{json_only}.sqlite", json_only=json_only)
+        svc.start()
+        try:
+            sink = hooks.HttpSink(svc.url, spool=tmp_path / f"spool{json_only}", backoff=(0.05, 0.2))
+            sink.start(hooks.RunInfo("cols-1"))
+            sink.write(Batch("cols-1", sent[:2]))
+            assert sink.flush(30)
+            sink.write(Batch("cols-1", sent[2:]))
+            assert sink.flush(30)
+            sink.close()
+            dump = svc.dump()
+            got = sorted((n, layer, step, value) for _, n, layer, step, value in dump["points"])
+            want = sorted(
+                (p.name, -1 if p.layer is None else p.layer, p.step, json.dumps(p.to_json()["value"])) for p in sent
+            )
+            assert got == want
+            assert dump["stats"].get("columns_posts", 0) == (0 if json_only else 2)
+            assert sink.columns_body is not json_only
+        finally:
+            svc.kill()

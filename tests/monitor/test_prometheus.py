@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -55,3 +57,43 @@ def test_metrics_export(client: TestClient) -> None:
     assert "/api/v1/runs/{run_id}" in routes and "/api/v1/runs/3" not in routes
     assert ("hyperwatch_database_errors_total", ()) in s
     assert all(name.startswith("hyperwatch_") for name, _ in s)
+
+
+def test_spike_baseline_is_counted_in_steps_with_the_groups_thresholds(client: TestClient) -> None:
+    """The Z-spike rules' inputs: the median of the max over layers over the group's spike_window
+    logged steps before the latest (wall-clock time plays no part), and the group's own thresholds."""
+    th = {"spike_window": 5, "spike_min_points": 4, "spike_min_relative": 0.25, "attention_z_min": 60}
+    r = client.post("/api/v1/groups", json={"name": "g", "thresholds": th}, headers=AUTH)
+    assert r.status_code == 201, r.text
+    create_run(client, "grouped", group="g")
+    create_run(client, "plain")
+    create_run(client, "young")
+    # Layer 1 leads at steps 0-3, layer 0 at steps 4-6 (max over layers per step), a NaN left out;
+    # step 7 is the latest (not in its own baseline).
+    by_layer = {
+        0: [1.0, 2.0, 3.0, 4.0, 50.0, 60.0, 70.0, 500.0],
+        1: [10.0, 20.0, math.nan, 40.0, 5.0, 6.0, 7.0, 8.0],
+    }
+    pts = [
+        {"name": "attention_z", "layer": layer, "step": step, "value": "NaN" if math.isnan(v) else v}
+        for layer, values in by_layer.items()
+        for step, v in enumerate(values)
+    ]
+    post_points(client, "grouped", pts)
+    post_points(client, "plain", [*pts, *({**p, "name": "router_z"} for p in pts if p["step"] == 7)])
+    post_points(client, "young", [p for p in pts if p["step"] < 3])
+    s = _samples(client)
+    grouped, plain, young = ((("project", "default"), ("run", n)) for n in ("grouped", "plain", "young"))
+    # grouped: window of 5 steps before 7 -> steps 2..6, maxima [3 (NaN left out), 40, 50, 60, 70] -> 50
+    assert s[("hyperwatch_run_attention_z_baseline", grouped)] == 50.0
+    assert s[("hyperwatch_run_attention_z_max", grouped)] == 500.0
+    assert s[("hyperwatch_run_attention_z_spike_floor", grouped)] == 60.0
+    assert s[("hyperwatch_run_spike_min_relative", grouped)] == 0.25
+    # plain (default thresholds: window 50, 10 points needed): 7 steps of history is not enough
+    assert ("hyperwatch_run_attention_z_baseline", plain) not in s
+    assert s[("hyperwatch_run_attention_z_spike_floor", plain)] == 100.0
+    assert s[("hyperwatch_run_router_z_spike_floor", plain)] == 50.0
+    assert s[("hyperwatch_run_spike_min_relative", plain)] == 0.5
+    assert ("hyperwatch_run_attention_z_baseline", young) not in s
+    assert ("hyperwatch_run_router_z_baseline", grouped) not in s  # no router Z in that run
+    assert ("hyperwatch_run_router_z_spike_floor", grouped) not in s

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import text
 
 from hyperwatch.app import create_app
+from hyperwatch.hooks.columns import COLUMNS_MEDIA_TYPE
 from hyperwatch.monitor.core.config import Settings
 from hyperwatch.monitor.store import SqlStore, migrate
 from tests.reliability.support import AUTH, WRITE_TOKEN
@@ -33,6 +34,8 @@ migrate.upgrade(_STORE.engine)
 APP = create_app(
     Settings(database_url="sqlite://", write_token=WRITE_TOKEN), store=_STORE, registry=CollectorRegistry()
 )
+# the ingest route's binary columns body (hooks.columns) is fuzzed as raw bytes, like any binary body
+schemathesis.serializer.alias(COLUMNS_MEDIA_TYPE, "application/octet-stream")
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 schema.config.generation.update(
     modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE],

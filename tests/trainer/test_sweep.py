@@ -9,7 +9,7 @@ import pytest
 
 from hyperwatch.cli import main
 from hyperwatch.trainer.config import ConfigError
-from hyperwatch.trainer.sweep import command, load_sweep
+from hyperwatch.trainer.sweep import command, load_sweep, threads_per_run
 
 SWEEP = """
 [sweep]
@@ -60,6 +60,13 @@ def test_grid_expands_to_named_runs(tmp_path: Path, corpus_cache: Path) -> None:
     assert cmd[1:4] == ["-m", "hyperwatch", "train"]
     assert "--log.group" in cmd and cmd[cmd.index("--log.group") + 1] == "t"
     assert cmd[cmd.index("--optim.arm") + 1] == "hyperp_moe"
+    assert "--train.threads" not in cmd  # one run at a time: PyTorch's own default
+    sweep.workers = 2  # runs side by side share the cores
+    cmd = command(sweep, sweep.runs[0])
+    assert cmd[cmd.index("--train.threads") + 1] == str(threads_per_run(2))
+    sweep.base["train"]["threads"] = 3  # the sweep's own setting wins
+    cmd = command(sweep, sweep.runs[0])
+    assert cmd[cmd.index("--train.threads") + 1] == "3"
 
 
 @pytest.mark.parametrize(

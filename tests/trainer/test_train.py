@@ -89,6 +89,7 @@ def test_optimizer_state_with_reference_norms_is_checkpointed(tmp_path: Path, co
         (["--nonsense", "1"], "no section has it"),
         (["--depth"], "missing its value"),
         (["--data.source", "ftp"], "DataConfig.source"),
+        (["--train.threads", "-1"], r"TrainConfig\.threads: must be >= 0"),
     ],
 )
 def test_bad_options_name_themselves(overrides: list[str], message: str) -> None:
@@ -126,3 +127,17 @@ def test_train_cli_end_to_end(tmp_path: Path, corpus_cache: Path, capsys: pytest
     assert "n_kv_heads" in capsys.readouterr().err
     assert main(["train", "--preset", "tiny", "--print-config", "--depth", "4"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["depth"] == 4
+
+
+def test_threads_option_sets_this_process_pool(tmp_path: Path, corpus_cache: Path) -> None:
+    """Runs side by side (the demo's arms) each take their share of the cores, not one thread per core."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        Trainer(load_config(None, tiny_run(tmp_path, corpus_cache, "--train.threads", "1")))
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        Trainer(load_config(None, tiny_run(tmp_path, corpus_cache)))  # 0, the default: PyTorch's own
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

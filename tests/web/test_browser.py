@@ -120,6 +120,10 @@ def test_scale_comparison_page(live: Live, browser: Any, artifacts: Path) -> Non
         "loss",
     ):
         assert len(lines(fig(browser, f"fig-{name}"))) >= 4, name
+    # a ratio's axis is autoranged inside 0..1: the seeded ~0.01-0.03 fractions fill the plot
+    for name in ("attention_outlier_ratio", "mlp_outlier_ratio"):
+        lo, hi = browser.execute_script(f"return document.getElementById('fig-{name}')._fullLayout.yaxis.range")
+        assert lo == 0 and 0.01 < hi < 0.1, (name, lo, hi)
     side = fig(browser, "stab-router_z")
     assert "transferable" in side["layout"]["title"]["text"]
     assert "breaks" in fig(browser, "stab-attention_z")["layout"]["title"]["text"]  # the NaN breaks it

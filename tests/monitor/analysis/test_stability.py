@@ -51,6 +51,18 @@ def test_tolerance_is_adjustable() -> None:
     assert not stability_verdict(records, rtol=0.01).transferable
 
 
+def test_an_outlier_ratio_needs_more_than_a_single_element_to_break() -> None:
+    """The demo's HyperP arm: 0 outliers at d=2, one element in ~10^6 at d=4 is not a trend;
+    the baseline's 3.8e-6 -> 1.3e-4 is (both measured in the demo)."""
+    single = [run("d2", 2, attention_outlier_ratio=[0.0]), run("d4", 4, attention_outlier_ratio=[9.5e-7])]
+    assert stability_verdict(single).transferable
+    grows = [run("d2", 2, mlp_outlier_ratio=[3.8e-6]), run("d4", 4, mlp_outlier_ratio=[1.3e-4])]
+    (v,) = stability_verdict(grows).indicators
+    assert v.verdict == "breaks" and v.breaks_at == 4.0
+    # the floor belongs to ratios only: the same numbers as an RMS break
+    assert not stability_verdict([run("d2", 2, mlp_rms=[0.0]), run("d4", 4, mlp_rms=[9.5e-7])]).transferable
+
+
 def test_a_nan_anywhere_in_a_series_breaks_stability() -> None:
     report = stability_verdict(
         [
