@@ -5,32 +5,38 @@ Sizing for 10^9 metric points (the tables that matter)
 Keys are compact integers everywhere: metric names are interned in ``metric_names`` (SMALLINT
 id), run-level points use ``layer = -1`` instead of NULL so keys stay NOT NULL, steps are BIGINT.
 
-A point lives in one of two places (:mod:`monitor.store.compact` keeps the split exact):
+On PostgreSQL a point lives in one of two places (:mod:`monitor.store.compact` keeps the split
+exact; SQLite keeps every point in ``metric_points``):
 
 - ``metric_points``, one row per point, primary key ``(run_id, name_id, layer, step)`` and no
   surrogate id: the *hot* rows, i.e. the steps of each series at or past its sealed boundary
-  ``latest // CHUNK_STEPS * CHUNK_STEPS`` (less than 16 steps per series). New steps arrive here
-  by COPY, the database's fastest load.
+  ``(latest + 1) // CHUNK_STEPS * CHUNK_STEPS`` (less than 16 steps per series). New steps arrive
+  here by COPY, the database's fastest load.
 - ``metric_chunks``, one row per series and 16 steps: the sealed points packed (steps as one
   offset when consecutive, tokens as ``t0 + dt * step`` when linear, the values as raw doubles:
   ~150 B for 16 points; see :mod:`monitor.store.chunks`). A chunk is written once, when the
-  series' latest step passes its end, by the batch that does so (the hot rows are deleted in the
-  same transaction); a late write into it rewrites that one row.
+  series reaches its last step, by the batch that does so (the hot rows are deleted in the same
+  transaction, the batch's own points of it never go through them); a late write into it
+  rewrites that one row.
 
 Why: on PostgreSQL a row costs ~94 B whatever it holds (measured with COPY: 24 B tuple header,
 4 B line pointer, 8-byte alignment of 56 B of data, a 28 B index entry, page fill), so one row per
 point could never come near 40 B/point; a chunk row spreads that over 16 points.
 
-Measured (2026-11-24, PostgreSQL 15, the sum of ``pg_total_relation_size`` over every table, i.e.
-heap + indexes + TOAST, after ``VACUUM``; 64 layers x 8 indicators, one step of 512 points per
-batch, 1,024,000 points): chunks 15.4 B/point (13.1 heap + 2.6 index), rollups 11.0, hot rows
-1.4, ``series_latest`` 0.6, batch ids 0.4, the rest 0.5: **29.2 B/point** (it was 129-140 before
-chunks; 10^9 points ~ 29 GB). The hot table costs a fixed ~1 MB per 512 series (one chunk's worth
-of rows, plus the dead rows between two vacuums: see :mod:`monitor.store.hot`), so a short run
-pays more per point: 51,200 points measure ~58 B/point, of which ~6 are the empty schema.
-SQLite: ``WITHOUT ROWID`` tables, clustered on the primary key (a row *is* its index entry,
-varint-packed); with chunks 19 B/point on the same workload (31.5 before), freed pages reused
-from its freelist.
+Measured (2026-11-24, PostgreSQL 15, ``bench/ingest.py``: the sum of ``pg_total_relation_size``
+over every table, i.e. heap + indexes + TOAST, after ``VACUUM (ANALYZE)``; 64 layers x 8
+indicators, 1,024,000 points through HTTP): **29.0 B/point** at one step (512 points) per batch,
+28.5 at 4,096-point batches (before chunks: 114.6 and 105.1; 10^9 points ~ 29 GB instead of
+~110 GB). Per table (the same 1,024,000 points through the store): chunks 15.4 B/point (heap
+12.8 at ~205 B a row, index 2.6), rollups 11.2, the hot table 1.5 (its index; the heap was empty,
+the run ending on a chunk edge), ``series_latest`` 0.14 (fillfactor 50: its rows are rewritten by
+every batch), batch ids 0.4, the rest 0.5. The hot table costs a fixed ~1-3 MB per 512 series
+(one chunk's worth of rows plus the dead rows between two vacuums: :mod:`monitor.store.hot`), so
+a short run pays more per point: 51,200 points measure 71-77 B/point (6.4 of them the empty
+schema), against 129-140 before.
+SQLite keeps one row per point: ``WITHOUT ROWID`` tables, clustered on the primary key (a row *is*
+its index entry, varint-packed), 31.5-31.9 B/point on the same workload. Chunks would bring it to
+19 B/point but cost its in-process ingest ~25% (:data:`monitor.store.compact.COMPACTING_DIALECTS`).
 
 Non-finite values: ``value`` is an IEEE double; +Inf and -Inf are stored as themselves on both
 databases. NaN is stored as SQL NULL (``value`` is otherwise never NULL). Why not a NaN double on
@@ -43,8 +49,9 @@ NULL, so a chunked point reads exactly like a row.
 
 ``metric_rollups`` keeps min and max (with their steps) per block of 16, 256 and 4096 steps so a
 2,000-bucket read of a 10^7-point series touches a few thousand rollup rows instead of 10^7 points
-(64 ms on PostgreSQL from packed chunks, bench/ingest.py). Chunks carry a count of their NaN/Inf
-points and a partial index over the ones that have any, as ``metric_points`` has for its rows.
+(bench/ingest.py: 31 ms on PostgreSQL from packed chunks, 27 ms on SQLite from rows). Chunks
+carry a count of their NaN/Inf points and a partial index over the ones that have any, as
+``metric_points`` has for its rows.
 """
 
 from __future__ import annotations
