@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -198,7 +199,7 @@ def stability_figure(
     }
     if verdict is None:
         layout["title"]["text"] = f"{esc(name)}: {esc(why or 'no data')}"
-        layout["annotations"] = [_note(why or "no data")]
+        layout["annotations"] = [note(why or "no data")]
         meta: dict[str, Any] = {"verdict": None, "reason": why}
         return {"data": [], "layout": layout, "meta": meta, "config": {"displayModeBar": False}}
     data: list[dict[str, Any]] = []
@@ -342,10 +343,13 @@ def heatmap_figure(run: Run, m: LayerMatrix, xs: Sequence[float | None], x: XAxi
     return {"data": data, "layout": layout, "meta": {"name": m.name, "layers": list(m.layers)}}
 
 
-def _note(text: str) -> dict[str, Any]:
-    """A centred message in an empty figure: why there is nothing to draw (never a bare axis)."""
+def note(text: str, width: int = 70) -> dict[str, Any]:
+    """A centred message in an empty figure: why there is nothing to draw (never a bare axis).
+
+    Plotly never wraps an annotation, so a long reason is broken into lines of ``width``
+    characters here (a one-line reason ran off both sides of a half-width panel)."""
     return {
-        "text": esc(text),
+        "text": "<br>".join(esc(line) for line in textwrap.wrap(text, width) or [""]),
         "xref": "paper",
         "yref": "paper",
         "x": 0.5,

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from hyperwatch.monitor.analysis import GroupAnalysis, LRFit, PowerLawFit, ScalingComparison, ScalingLawFit
-from hyperwatch.web.figures import NONFINITE_COLOUR, base_layout, nonfinite_trace
+from hyperwatch.web.figures import NONFINITE_COLOUR, base_layout, nonfinite_trace, note
 from hyperwatch.web.scale import esc, human_count
 
 _QUALITATIVE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
@@ -104,10 +104,7 @@ def empty_figure(fig: dict[str, Any], why: str) -> dict[str, Any]:
     layout["xaxis"] = {"visible": False}
     layout["yaxis"] = {"visible": False}
     layout["height"] = 160
-    layout["annotations"] = [
-        {"text": esc(why), "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "showarrow": False,
-         "font": {"size": 13, "color": "#555"}}
-    ]  # fmt: skip
+    layout["annotations"] = [note(why)]
     fig["meta"]["empty"] = why
     return fig
 
@@ -249,7 +246,7 @@ def scaling_figures(
         if warn:
             notes.append(warn)
         grid = _flops_grid(all_flops)
-        form = f"{fit.a:.3g}·C^-{fit.b:.3f}" + (f" + {fit.c0:.3g}" if fit.c0 is not None else "")
+        form = law_text(fit.a, fit.b, fit.c0)
         data.append(
             {
                 "type": "scatter",
@@ -268,6 +265,12 @@ def scaling_figures(
     if scaling.baseline is not None:
         figures["leverage"] = _leverage_figure(scaling, colour_of, all_flops)
     return figures, notes
+
+
+def law_text(a: float, b: float, c0: float | None) -> str:
+    """L = a·C^(-b) (+ c0) as a legend reads it; a loss that grows with compute (b < 0, the
+    baseline arm of the demo) reads C^0.003, never C^--0.003."""
+    return f"{a:.3g}·C^{-b:.3f}" + (f" + {c0:.3g}" if c0 is not None else "")
 
 
 def _flops_grid(flops: Sequence[float]) -> np.ndarray:

@@ -10,8 +10,9 @@ import pytest
 
 from hyperwatch.monitor.store.entities import LayerMatrix, Run
 from hyperwatch.monitor.views import AggSeries
-from hyperwatch.web.figures import RunLine, XAxisError, compare_figure, heatmap_figure, stability_figure, x_values
+from hyperwatch.web.figures import RunLine, XAxisError, compare_figure, heatmap_figure, note, stability_figure, x_values
 from hyperwatch.web.scale import colours, esc, human_count, labels, order_by_size, scale_label
+from hyperwatch.web.sweeps import law_text
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 BASE = Run(
@@ -140,3 +141,16 @@ def test_heatmap_marks_non_finite_cells() -> None:
     heat, marks = fig["data"]
     assert heat["z"] == [[1.0, None, None], [2.0, 3.0, None]]
     assert list(zip(marks["x"], marks["y"], marks["text"], strict=True)) == [(10.0, 0, "NaN"), (20.0, 1, "Infinity")]
+
+
+def test_law_text_signs() -> None:
+    assert law_text(2.35, 0.05, None) == "2.35·C^-0.050"
+    assert law_text(2.35, -0.003, 1.7) == "2.35·C^0.003 + 1.7"  # a loss growing with compute
+
+
+def test_note_wraps_and_escapes_a_long_reason() -> None:
+    why = "no learning-rate sweep: the 3 finished runs use one learning rate (1); " * 2 + "<b>x</b>"
+    text = note(why, width=40)["text"]
+    lines = text.split("<br>")
+    assert len(lines) >= 4 and all(len(line) <= 60 for line in lines)  # escaping may lengthen a line
+    assert "<b>" not in text and "&lt;b&gt;" in text
