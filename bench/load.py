@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.service_process import serve_process  # noqa: E402
+from hyperwatch.monitor.store import chunks  # noqa: E402
 
 TOKEN = "bench-load-token-0123456789abcdef"
 PG_ADMIN = os.environ.get("HYPERWATCH_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -168,15 +169,8 @@ def count(db_url: str, run: str) -> tuple[int, int, int]:
     try:
         with engine.connect() as conn:
             rid = conn.execute(text("SELECT id FROM runs WHERE name = :n"), {"n": run}).scalar()
-            rows, distinct = conn.execute(
-                text(
-                    "SELECT COUNT(*), COUNT(DISTINCT (name_id, layer, step)) FROM metric_points WHERE run_id = :r"
-                    if db_url.startswith("postgresql")
-                    else "SELECT COUNT(*), (SELECT COUNT(*) FROM (SELECT DISTINCT name_id, layer, step "
-                    "FROM metric_points WHERE run_id = :r)) FROM metric_points WHERE run_id = :r"
-                ),
-                {"r": rid},
-            ).one()
+            keys = [p[1:4] for p in chunks.all_points(conn, rid)]  # hot rows and chunked points
+            rows, distinct = len(keys), len(set(keys))
             ingested = conn.execute(
                 text("SELECT COALESCE(SUM(n_points), 0) FROM ingested_batches WHERE run_id = :r"), {"r": rid}
             ).scalar()

@@ -17,7 +17,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-PG_ARRAY_TYPES = frozenset({"int", "bigint", "float8", "text"})
+PG_ARRAY_TYPES = frozenset({"int", "bigint", "float8", "text", "bytea"})
+RANGES_PER_STATEMENT = 4_000  # SQLite binds at most 32,766 parameters: 4 per range
 
 
 @lru_cache(maxsize=64)
@@ -39,7 +40,8 @@ def upsert_sql(
         source = "SELECT * FROM unnest(" + ", ".join(f"%s::{t}[]" for t in pg_types) + ")"
     else:
         source = "VALUES (" + ", ".join("?" for _ in columns) + ")"
-    sql = f"INSERT INTO {table} ({cols}) {source} ON CONFLICT ({', '.join(key)}) DO UPDATE SET {set_clause}"
+    action = f"DO UPDATE SET {set_clause}" if set_clause else "DO NOTHING"
+    sql = f"INSERT INTO {table} ({cols}) {source} ON CONFLICT ({', '.join(key)}) {action}"
     if where:
         sql += f" WHERE {where}"
     if returning:
@@ -57,7 +59,8 @@ def bulk_write(
     set_clause: str,
     where: str = "",
 ) -> None:
-    """Upsert ``rows`` into ``table``: ``ON CONFLICT (key) DO UPDATE SET set_clause [WHERE where]``.
+    """Upsert ``rows`` into ``table``: ``ON CONFLICT (key) DO UPDATE SET set_clause [WHERE where]``
+    (``DO NOTHING`` when ``set_clause`` is empty).
 
     Rows must have distinct keys (PostgreSQL refuses to update one row twice in a statement).
     """
@@ -69,3 +72,33 @@ def bulk_write(
         conn.exec_driver_sql(sql, tuple(list(col) for col in zip(*rows)))
     else:
         conn.exec_driver_sql(sql, list(rows))
+
+
+def _range_source(dialect: str, n: int) -> str:
+    """SQL rows (n, l, a, b) of ``n`` bound ranges: unnest of arrays (PostgreSQL) or VALUES (SQLite)."""
+    if dialect == "postgresql":
+        return "SELECT * FROM unnest(%s::int[], %s::int[], %s::bigint[], %s::bigint[])"
+    return "VALUES " + ", ".join("(?, ?, ?, ?)" for _ in range(n))
+
+
+def read_in_ranges(
+    conn: Connection, run_id: int, select_cols: str, table: str, pos: str, extra: str, ranges: Sequence[tuple[int, ...]]
+) -> list[tuple[Any, ...]]:
+    """Rows of ``table`` for (name_id, layer, first, last) ``ranges`` of column ``pos``, one statement per chunk."""
+    dialect = conn.dialect.name
+    mark = "%s" if dialect == "postgresql" else "?"
+    out: list[tuple[Any, ...]] = []
+    for i in range(0, len(ranges), RANGES_PER_STATEMENT):
+        chunk = ranges[i : i + RANGES_PER_STATEMENT]
+        sql = (
+            f"WITH r(n, l, a, b) AS ({_range_source(dialect, len(chunk))}) SELECT t.name_id, t.layer, {select_cols} "
+            "FROM r "
+            f"JOIN {table} AS t ON t.run_id = {mark} AND t.name_id = r.n AND t.layer = r.l "
+            f"AND t.{pos} >= r.a AND t.{pos} <= r.b{extra}"
+        )
+        if dialect == "postgresql":
+            params: Any = (*(list(col) for col in zip(*chunk)), run_id)
+        else:
+            params = (*(v for r in chunk for v in r), run_id)
+        out.extend(conn.exec_driver_sql(sql, params).cursor.fetchall())  # driver rows: no Row objects
+    return out

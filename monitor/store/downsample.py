@@ -11,6 +11,9 @@ block, is read from the points; see :mod:`monitor.store.rollups`), each block co
 holding its first step (bucket edges snap to block edges; every point is still in exactly one bucket, and each bucket's
 min and max are exact over its points). Blocks cut by an explicit start/end are read raw.
 
+Every raw read is of the hot rows and the chunks together (:mod:`monitor.store.chunks`): the same
+points whichever of the two holds them.
+
 The arg-min/arg-max per group is dialect-specific SQL: SQLite's documented bare-column rule for a
 lone ``min()``/``max()`` aggregate, PostgreSQL's ``DISTINCT ON``.
 """
@@ -22,11 +25,10 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from hyperwatch.monitor.store.models import NONFINITE_PREDICATE, ROLLUP_LEVELS
+from hyperwatch.monitor.store import chunks
+from hyperwatch.monitor.store.chunks import KEY, Cand
+from hyperwatch.monitor.store.models import ROLLUP_LEVELS
 from hyperwatch.monitor.store.rollups import sealed_blocks
-
-Cand = tuple[int, int | None, float | None]  # step, tokens, sql value (None = NaN)
-KEY = "run_id = :run_id AND name_id = :name_id AND layer = :layer"
 
 
 def _extremes(
@@ -58,18 +60,7 @@ def _extremes(
 
 
 def _raw(conn: Connection, params: dict[str, Any], a: int, b: int) -> list[Cand]:
-    sql = f"SELECT step, tokens, value FROM metric_points WHERE {KEY} AND step >= :a AND step <= :b ORDER BY step"
-    return [(int(s), t, v) for s, t, v in conn.execute(text(sql), {**params, "a": a, "b": b})]
-
-
-def _end_point(conn: Connection, params: dict[str, Any], first: bool) -> Cand | None:
-    order = "ASC" if first else "DESC"
-    sql = (
-        f"SELECT step, tokens, value FROM metric_points WHERE {KEY} AND step >= :start AND step <= :end "
-        f"ORDER BY step {order} LIMIT 1"
-    )
-    row = conn.execute(text(sql), params).first()
-    return None if row is None else (int(row[0]), row[1], row[2])
+    return chunks.points(conn, params, a, b)
 
 
 def _latest_step(conn: Connection, params: dict[str, Any]) -> int:
@@ -81,8 +72,8 @@ def _latest_step(conn: Connection, params: dict[str, Any]) -> int:
 
 def step_range(conn: Connection, params: dict[str, Any]) -> tuple[Cand, Cand] | None:
     """First and last point of the series within params' [start, end]."""
-    first = _end_point(conn, params, True)
-    last = _end_point(conn, params, False)
+    first = chunks.end_point(conn, params, True)
+    last = chunks.end_point(conn, params, False)
     return None if first is None or last is None else (first, last)
 
 
@@ -93,7 +84,7 @@ def bucket_extremes(
     p = {**params, "lo": lo, "hi": hi, "w": w}
     level = max((lv for lv, bw in ROLLUP_LEVELS.items() if bw <= w), default=None)
     found: list[tuple[int, Cand]] = []
-    if level is None:
+    if level is None:  # narrower than a block: the hot rows in SQL, the chunks decoded
         found = _extremes(
             conn,
             "metric_points",
@@ -103,6 +94,7 @@ def bucket_extremes(
             p,
             kinds,
         )
+        found += [((c[0] - lo) // w, c) for c in chunks.chunked_points(conn, params, lo, hi) if c[2] is not None]
     else:
         bw = ROLLUP_LEVELS[level]
         fb, lb = -(-lo // bw), (hi + 1) // bw - 1  # first and last block lying wholly inside [lo, hi]
@@ -126,22 +118,17 @@ def bucket_extremes(
     for b, c in found:
         slot = out.setdefault(b, {})
         assert c[2] is not None
-        if "min" in kinds and ("min" not in slot or c[2] < slot["min"][2]):  # type: ignore[operator]
+        # between equal values the earlier step wins, wherever the candidates came from
+        if "min" in kinds and ("min" not in slot or (c[2], c[0]) < (slot["min"][2], slot["min"][0])):  # type: ignore[operator]
             slot["min"] = c
-        if "max" in kinds and ("max" not in slot or c[2] > slot["max"][2]):  # type: ignore[operator]
+        if "max" in kinds and ("max" not in slot or (-c[2], c[0]) < (-slot["max"][2], slot["max"][0])):  # type: ignore[operator]
             slot["max"] = c
     return out
 
 
 def nonfinite(conn: Connection, params: dict[str, Any], lo: int, hi: int) -> list[Cand]:
-    """Every NaN/Inf point in [lo, hi], read through the small partial index (no scan of the series)."""
-    # SQLite's planner, lacking statistics, prefers the primary key; name the partial index.
-    hint = " INDEXED BY ix_metric_points_nonfinite" if conn.dialect.name == "sqlite" else ""
-    sql = (
-        f"SELECT step, tokens, value FROM metric_points{hint} WHERE {KEY} AND step >= :lo AND step <= :hi "
-        f"AND ({NONFINITE_PREDICATE})"
-    )
-    return [(int(s), t, v) for s, t, v in conn.execute(text(sql), {**params, "lo": lo, "hi": hi})]
+    """Every NaN/Inf point in [lo, hi], read through the small partial indexes (no scan of the series)."""
+    return chunks.nonfinite(conn, params, lo, hi)
 
 
 def downsample(conn: Connection, params: dict[str, Any], buckets: int) -> tuple[list[Cand], bool, int, int, int] | None:

@@ -77,7 +77,11 @@ DB_ERRORS_HOOK: list[Any] = []
 def managed(engine: Engine, operation: str, write: bool = False) -> Iterator[Connection]:
     """A connection in a transaction: commit on success, roll back on any error.
 
-    ``write=True`` marks a transaction that will write (on SQLite: BEGIN IMMEDIATE).
+    ``write=True`` marks a transaction that will write (on SQLite: BEGIN IMMEDIATE). A read-only
+    one on PostgreSQL runs at REPEATABLE READ: all its statements see one snapshot, as SQLite's WAL
+    readers do, so a read of hot rows and chunks (two statements) never straddles a writer moving
+    points from one to the other (it would see them twice or not at all). Read-only transactions
+    never fail to serialize.
 
     Domain errors pass through unchanged; SQLAlchemy errors become ``StoreUnavailableError`` whose
     message names ``operation`` and the database's own complaint.
@@ -86,6 +90,8 @@ def managed(engine: Engine, operation: str, write: bool = False) -> Iterator[Con
         with engine.connect() as conn:
             if write:
                 conn.execution_options(hyperwatch_write=True)
+            elif engine.dialect.name == "postgresql":
+                conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 yield conn
     except MonitorError:

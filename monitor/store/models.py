@@ -1,20 +1,42 @@
 """SQLAlchemy tables. Alembic (``migrations/``) owns the schema; these mirror it for queries.
 
-Sizing for 10^9 metric points (the table that matters)
+Sizing for 10^9 metric points (the tables that matter)
 ------------------------------------------------------
-``metric_points`` has no surrogate id: its primary key ``(run_id, name_id, layer, step)`` is also
-the only index every series read needs (one run, one metric, one layer, a step range), so rows are
-found by one B-tree descent plus a range scan. Keys are compact integers: metric names are interned
-in ``metric_names`` (SMALLINT id), run-level points use ``layer = -1`` instead of NULL so the key
-stays NOT NULL, ``step`` is BIGINT.
+Keys are compact integers everywhere: metric names are interned in ``metric_names`` (SMALLINT
+id), run-level points use ``layer = -1`` instead of NULL so keys stay NOT NULL, steps are BIGINT.
 
-PostgreSQL: heap tuple 24 B header + 4+2+2+8 key + 8 tokens + 8 value = 56 B, + 4 B line pointer;
-PK index tuple 8 B + 16 B key + 4 B pointer = 28 B. About 88 B per point, 10^9 points ~ 88 GB with
-the index ~ 28 GB. (MLflow keys its metrics by ``(key VARCHAR(250), timestamp, step, run_uuid
-VARCHAR(32), value, is_nan)``: index entries of ~100 B, its users report an 11 GiB primary key at
-10^8 rows; ours is ~2.8 GB at that size.)
-SQLite: the table is ``WITHOUT ROWID``, i.e. clustered on the primary key: the row *is* the index
-entry (varint-packed, ~20-30 B per point) and a series is a contiguous key range on disk.
+On PostgreSQL a point lives in one of two places (:mod:`monitor.store.compact` keeps the split
+exact; SQLite keeps every point in ``metric_points``):
+
+- ``metric_points``, one row per point, primary key ``(run_id, name_id, layer, step)`` and no
+  surrogate id: the *hot* rows, i.e. the steps of each series at or past its sealed boundary
+  ``(latest + 1) // CHUNK_STEPS * CHUNK_STEPS`` (less than 16 steps per series). New steps arrive
+  here by COPY, the database's fastest load.
+- ``metric_chunks``, one row per series and 16 steps: the sealed points packed (steps as one
+  offset when consecutive, tokens as ``t0 + dt * step`` when linear, the values as raw doubles:
+  ~150 B for 16 points; see :mod:`monitor.store.chunks`). A chunk is written once, when the
+  series reaches its last step, by the batch that does so (the hot rows are deleted in the same
+  transaction, the batch's own points of it never go through them); a late write into it
+  rewrites that one row.
+
+Why: on PostgreSQL a row costs ~94 B whatever it holds (measured with COPY: 24 B tuple header,
+4 B line pointer, 8-byte alignment of 56 B of data, a 28 B index entry, page fill), so one row per
+point could never come near 40 B/point; a chunk row spreads that over 16 points.
+
+Measured (2026-11-24, PostgreSQL 15, ``bench/ingest.py``: the sum of ``pg_total_relation_size``
+over every table, i.e. heap + indexes + TOAST, after ``VACUUM (ANALYZE)``; 64 layers x 8
+indicators, 1,024,000 points through HTTP): **29.0 B/point** at one step (512 points) per batch,
+28.5 at 4,096-point batches (before chunks: 114.6 and 105.1; 10^9 points ~ 29 GB instead of
+~110 GB). Per table (the same 1,024,000 points through the store): chunks 15.4 B/point (heap
+12.8 at ~205 B a row, index 2.6), rollups 11.2, the hot table 1.5 (its index; the heap was empty,
+the run ending on a chunk edge), ``series_latest`` 0.14 (fillfactor 50: its rows are rewritten by
+every batch), batch ids 0.4, the rest 0.5. The hot table costs a fixed ~1-3 MB per 512 series
+(one chunk's worth of rows plus the dead rows between two vacuums: :mod:`monitor.store.hot`), so
+a short run pays more per point: 51,200 points measure 71-77 B/point (6.4 of them the empty
+schema), against 129-140 before.
+SQLite keeps one row per point: ``WITHOUT ROWID`` tables, clustered on the primary key (a row *is*
+its index entry, varint-packed), 31.5-31.9 B/point on the same workload. Chunks would bring it to
+19 B/point but cost its in-process ingest ~25% (:data:`monitor.store.compact.COMPACTING_DIALECTS`).
 
 Non-finite values: ``value`` is an IEEE double; +Inf and -Inf are stored as themselves on both
 databases. NaN is stored as SQL NULL (``value`` is otherwise never NULL). Why not a NaN double on
@@ -22,9 +44,14 @@ PostgreSQL: SQLite cannot store NaN (it silently turns it into NULL), so one rep
 databases keeps queries identical, and SQL ``min``/``max`` then skip NaN instead of PostgreSQL
 sorting NaN above +Inf and hiding every real maximum. The store maps NULL <-> NaN at its boundary;
 a partial index over non-finite points lets reads return every NaN/Inf event without a scan.
+Inside a chunk's blob the doubles are raw IEEE values (NaN as NaN); decoding maps NaN to the same
+NULL, so a chunked point reads exactly like a row.
 
 ``metric_rollups`` keeps min and max (with their steps) per block of 16, 256 and 4096 steps so a
-2,000-bucket read of a 10^7-point series touches ~40k rollup rows instead of 10^7 points.
+2,000-bucket read of a 10^7-point series touches a few thousand rollup rows instead of 10^7 points
+(bench/ingest.py: 31 ms on PostgreSQL from packed chunks, 27 ms on SQLite from rows). Chunks
+carry a count of their NaN/Inf points and a partial index over the ones that have any, as
+``metric_points`` has for its rows.
 """
 
 from __future__ import annotations
@@ -40,6 +67,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -57,6 +85,9 @@ RUN_LEVEL_LAYER = -1
 
 ROLLUP_LEVELS: dict[int, int] = {1: 16, 2: 256, 3: 4096}
 """rollup level -> block width in steps; each level is built from the one below it."""
+
+CHUNK_STEPS = 16
+"""Steps per ``metric_chunks`` row: the level-1 rollup width, so a chunk seals when its rollup block does."""
 
 SmallId = SmallInteger().with_variant(Integer(), "sqlite")
 Double = Float(precision=53).with_variant(Float(), "sqlite")
@@ -158,6 +189,30 @@ class MetricPointRow(Base):
     step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     value: Mapped[float | None] = mapped_column(Double, nullable=True)
+
+
+class MetricChunkRow(Base):
+    """One series' points in steps [chunk * CHUNK_STEPS, (chunk + 1) * CHUNK_STEPS), packed (see store.chunks)."""
+
+    __tablename__ = "metric_chunks"
+    __table_args__ = (
+        Index(
+            "ix_metric_chunks_nonfinite",
+            "run_id",
+            "name_id",
+            "layer",
+            "chunk",
+            sqlite_where=text("nonfinite > 0"),
+            postgresql_where=text("nonfinite > 0"),
+        ),
+        {"sqlite_with_rowid": False},
+    )
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    name_id: Mapped[int] = mapped_column(SmallId, primary_key=True)
+    layer: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    chunk: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    nonfinite: Mapped[int] = mapped_column(SmallInteger)  # NaN/+-Inf points inside: > 0 is in the partial index
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class MetricRollupRow(Base):

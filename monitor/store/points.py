@@ -7,8 +7,9 @@ Semantics (also stated in the API docs):
 - within one batch the last occurrence of a key wins.
 
 One batch is one transaction and costs a fixed handful of statements whatever its size: the batch
-id, the latest step of its series (locked), the points (one set-based upsert), the latest value of
-each series, the rollup blocks the batch seals (usually none: see :mod:`monitor.store.rollups`;
+id, the latest step of its series (locked), the points (COPY of new steps, one set-based upsert for
+the rest), the chunks it seals (usually none: see :mod:`monitor.store.compact`), the latest value
+of each series, the rollup blocks the batch seals (usually none: see :mod:`monitor.store.rollups`;
 no row is rewritten by appending steps) and the run's progress.
 """
 
@@ -28,6 +29,7 @@ from sqlalchemy.engine import Connection
 from hyperwatch.hooks.columns import NULL_INT, PointColumns
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store.bulk import bulk_write
+from hyperwatch.monitor.store.compact import Known, boundary, compacts, store_sealed
 from hyperwatch.monitor.store.models import RUN_LEVEL_LAYER, IngestedBatchRow, RunRow
 from hyperwatch.monitor.store.rollups import PointRow, SeriesKey, seal_rollups
 
@@ -126,13 +128,32 @@ def point_rows(points: Sequence[Point] | PointColumns, name_ids: dict[str, int])
 
 def write_points(
     conn: Connection, run_id: int, points: Sequence[Point] | PointColumns, name_ids: dict[str, int]
-) -> None:
-    """Store the points of a claimed batch with their latest values, sealed rollups and the run's progress."""
+) -> int:
+    """Store the points of a claimed batch with their latest values, sealed chunks and rollups, the run's progress.
+
+    Returns how many hot rows were moved into chunks (deleted from ``metric_points``: see :mod:`.hot`).
+    """
     if not points:  # a PointColumns is falsy when empty, like a list
-        return
+        return 0
     rows = point_rows(points, name_ids)
-    before = _lock_latest(conn, run_id, sorted({r[0] for r in rows}))
-    _insert_points(conn, run_id, rows, before)
+    before = _lock_latest(conn, run_id, sorted({(r[0], r[1]) for r in rows}))
+    steps: dict[SeriesKey, list[int]] = defaultdict(list)
+    for r in rows:
+        steps[(r[0], r[1])].append(r[2])
+    after = {k: max(v[-1], before[k]) for k, v in steps.items()}  # rows are key-sorted: v[-1] is the max
+    known: Known = {}
+    moved = 0
+    if compacts(conn):
+        edge = {k: boundary(v) for k, v in after.items()}
+        hot = [r for r in rows if r[2] >= edge[(r[0], r[1])]]
+        cold = [r for r in rows if r[2] < edge[(r[0], r[1])]] if len(hot) < len(rows) else []
+        _insert_points(conn, run_id, hot, before)
+        # most batches seal no chunk and write none: only the series that do go further
+        touched = {k for k, e in edge.items() if e > boundary(before[k])} | {(r[0], r[1]) for r in cold}
+        if touched:
+            known, moved = store_sealed(conn, run_id, cold, before, {k: after[k] for k in touched})
+    else:
+        _insert_points(conn, run_id, rows, before)
     # rows are key-sorted: the last row of a series is its latest
     latest = {(r[0], r[1]): (run_id, r[0], r[1], r[2], r[4]) for r in rows}
     bulk_write(
@@ -145,11 +166,7 @@ def write_points(
         "step = excluded.step, value = excluded.value",
         "excluded.step >= series_latest.step",
     )
-    steps: dict[SeriesKey, list[int]] = defaultdict(list)
-    for r in rows:
-        steps[(r[0], r[1])].append(r[2])
-    after = {k: max(v[-1], before.get(k) or 0) for k, v in steps.items()}
-    seal_rollups(conn, run_id, {k: before.get(k) for k in steps}, after, steps)
+    seal_rollups(conn, run_id, {k: (None if v < 0 else v) for k, v in before.items()}, after, steps, known)
     max_step = max(r[2] for r in rows)
     conn.execute(
         update(RunRow)
@@ -163,6 +180,7 @@ def write_points(
             ),
         )
     )
+    return moved
 
 
 def _insert_points(conn: Connection, run_id: int, rows: list[PointRow], before: dict[SeriesKey, int]) -> None:
@@ -174,6 +192,8 @@ def _insert_points(conn: Connection, run_id: int, rows: list[PointRow], before: 
     re-sent or late step) takes the upsert. SQLite's prepared upsert stepped in-process is already
     within reach of its plain insert.
     """
+    if not rows:
+        return
     if conn.dialect.name != "postgresql":
         full = [(run_id, *r) for r in rows]
         bulk_write(conn, "metric_points", _POINT_COLUMNS, _POINT_TYPES, full, _POINT_KEY, _POINT_SET)
@@ -181,8 +201,7 @@ def _insert_points(conn: Connection, run_id: int, rows: list[PointRow], before: 
     fresh: list[tuple[Any, ...]] = []
     other: list[tuple[Any, ...]] = []
     for r in rows:
-        last = before.get((r[0], r[1]))
-        (fresh if last is not None and r[2] > last else other).append((run_id, *r))
+        (fresh if r[2] > before[(r[0], r[1])] else other).append((run_id, *r))
     if fresh:
         raw = conn.connection.dbapi_connection
         assert raw is not None
@@ -192,13 +211,27 @@ def _insert_points(conn: Connection, run_id: int, rows: list[PointRow], before: 
     bulk_write(conn, "metric_points", _POINT_COLUMNS, _POINT_TYPES, other, _POINT_KEY, _POINT_SET)
 
 
-def _lock_latest(conn: Connection, run_id: int, name_ids: list[int]) -> dict[SeriesKey, int]:
-    """The latest stored step of every series of ``name_ids`` in the run, their rows locked to commit.
+def _lock_latest(conn: Connection, run_id: int, keys: list[SeriesKey]) -> dict[SeriesKey, int]:
+    """The latest stored step of every series in ``keys`` (-1: none yet), their rows locked to commit.
 
     PostgreSQL: ``FOR UPDATE`` in key order, so the writers of one series take turns from here on and
-    each sees the points and rollups of the one before (see :mod:`monitor.store.rollups`). SQLite:
-    one writer at a time already (BEGIN IMMEDIATE).
+    each sees the points, chunks and rollups of the one before (see :mod:`monitor.store.rollups`).
+    A series without a row yet gets one (step -1, replaced before commit) so that it is locked
+    too: two first writers of a series then also take turns (the second waits for the first's
+    insert to commit) instead of both compacting the same chunks. SQLite: one writer at a time
+    already (BEGIN IMMEDIATE).
     """
+    name_ids = sorted({k[0] for k in keys})
+    out = _select_latest(conn, run_id, name_ids)
+    missing = [k for k in keys if k not in out]
+    if missing:
+        rows = [(run_id, n, la, -1, None) for n, la in missing]
+        bulk_write(conn, "series_latest", _LATEST_COLUMNS, _LATEST_TYPES, rows, ("run_id", "name_id", "layer"), "")
+        out = _select_latest(conn, run_id, name_ids)
+    return out
+
+
+def _select_latest(conn: Connection, run_id: int, name_ids: list[int]) -> dict[SeriesKey, int]:
     lock = " ORDER BY name_id, layer FOR UPDATE" if conn.dialect.name == "postgresql" else ""
     mark = "%s" if conn.dialect.name == "postgresql" else "?"
     out: dict[SeriesKey, int] = {}

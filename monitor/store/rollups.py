@@ -10,15 +10,16 @@ every batch into the rollups of its blocks rewrote each open block's row at ever
 batch: with one step per batch a level-3 row was rewritten 4,096 times, and on PostgreSQL every
 rewrite leaves a dead row version (193 MB of dead rollup tuples for 68,608 live rows, 292 B/point).
 
-The rule: block ``b`` of width ``w`` is *sealed* once the series' latest step ``L`` is past it,
-``(b + 1) * w <= L`` (i.e. ``b < L // w``). Appending training steps never adds a point to a sealed
+The rule: block ``b`` of width ``w`` is *sealed* once the series' latest step ``L`` reaches its last
+step, ``(b + 1) * w - 1 <= L`` (i.e. ``b < (L + 1) // w``). Appending training steps never adds a
+point to a sealed
 block, so a sealed block's row is written once, computed from the level below (level 1 from the
 points). Readers (:mod:`monitor.store.downsample`) use rollups of sealed blocks only and read the
 open tail (< one block per level) from the points.
 
 Per batch and series, with ``L_old`` the latest step before the batch and ``L_new`` after it:
 
-- blocks newly sealed, ``L_old // w <= b < L_new // w``, are computed (one range per series);
+- blocks newly sealed, ``(L_old + 1) // w <= b < (L_new + 1) // w``, are computed (one range per series);
 - sealed blocks that receive a point (a late step or an overwrite: last write wins can lower a
   maximum, which no merge could undo) are recomputed from the level below.
 
@@ -41,8 +42,10 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from hyperwatch.monitor.store.bulk import bulk_write
-from hyperwatch.monitor.store.models import ROLLUP_LEVELS
+from hyperwatch.monitor.store import chunks
+from hyperwatch.monitor.store.bulk import bulk_write, read_in_ranges
+from hyperwatch.monitor.store.chunks import Cand
+from hyperwatch.monitor.store.models import CHUNK_STEPS, ROLLUP_LEVELS
 
 SeriesKey = tuple[int, int]  # (name_id, layer)
 PointRow = tuple[int, int, int, int | None, float | None]  # name_id, layer, step, tokens, sql value
@@ -50,7 +53,6 @@ Acc = list[Any]  # [n, min_step, min_tokens, min_value, max_step, max_tokens, ma
 BlockRange = tuple[int, int]  # inclusive first and last block
 _VALUE = itemgetter(4)
 _KEY3 = itemgetter(0, 1, 2)
-_RANGES_PER_STATEMENT = 4_000  # SQLite binds at most 32,766 parameters: 4 per range
 
 ROLLUP_COLUMNS = (
     "run_id",
@@ -160,43 +162,13 @@ def blocks_to_seal(
     width: int, latest_before: int | None, latest_after: int, steps: Collection[int]
 ) -> list[BlockRange]:
     """Blocks of ``width`` to (re)compute after a batch: newly sealed ones and sealed ones holding ``steps``."""
-    sealed_after = latest_after // width  # blocks [0, sealed_after) are sealed
-    sealed_before = 0 if latest_before is None else min(latest_before // width, sealed_after)
+    sealed_after = sealed_blocks(latest_after, width)  # blocks [0, sealed_after) are sealed
+    sealed_before = 0 if latest_before is None else min(sealed_blocks(latest_before, width), sealed_after)
     ranges: list[BlockRange] = []
     if sealed_before < sealed_after:
         ranges.append((sealed_before, sealed_after - 1))
     ranges += _ranges(s // width for s in steps if s // width < sealed_before)
     return _merge_ranges(ranges)
-
-
-def _range_source(dialect: str, n: int) -> str:
-    """SQL rows (n, l, a, b) of ``n`` bound ranges: unnest of arrays (PostgreSQL) or VALUES (SQLite)."""
-    if dialect == "postgresql":
-        return "SELECT * FROM unnest(%s::int[], %s::int[], %s::bigint[], %s::bigint[])"
-    return "VALUES " + ", ".join("(?, ?, ?, ?)" for _ in range(n))
-
-
-def _read_in_ranges(
-    conn: Connection, run_id: int, select_cols: str, table: str, pos: str, extra: str, ranges: list[tuple[int, ...]]
-) -> list[tuple[Any, ...]]:
-    """Rows of ``table`` for (name_id, layer, first, last) ``ranges`` of column ``pos``, one statement per chunk."""
-    dialect = conn.dialect.name
-    mark = "%s" if dialect == "postgresql" else "?"
-    out: list[tuple[Any, ...]] = []
-    for i in range(0, len(ranges), _RANGES_PER_STATEMENT):
-        chunk = ranges[i : i + _RANGES_PER_STATEMENT]
-        sql = (
-            f"WITH r(n, l, a, b) AS ({_range_source(dialect, len(chunk))}) SELECT t.name_id, t.layer, {select_cols} "
-            "FROM r "
-            f"JOIN {table} AS t ON t.run_id = {mark} AND t.name_id = r.n AND t.layer = r.l "
-            f"AND t.{pos} >= r.a AND t.{pos} <= r.b{extra}"
-        )
-        if dialect == "postgresql":
-            params: Any = (*(list(col) for col in zip(*chunk)), run_id)
-        else:
-            params = (*(v for r in chunk for v in r), run_id)
-        out.extend(conn.exec_driver_sql(sql, params).cursor.fetchall())  # driver rows: no Row objects
-    return out
 
 
 def seal_rollups(
@@ -205,11 +177,14 @@ def seal_rollups(
     latest_before: Mapping[SeriesKey, int | None],
     latest_after: Mapping[SeriesKey, int],
     steps: Mapping[SeriesKey, Collection[int]],
+    known: Mapping[SeriesKey, tuple[list[tuple[int, int]], list[Cand]]] | None = None,
 ) -> int:
     """Write the rollup rows a batch seals or invalidates (see the module doc); returns how many were written.
 
     ``latest_before``/``latest_after``: each touched series' latest step before and after the batch;
-    ``steps``: the steps the batch wrote per series. One read and one write statement per level at most.
+    ``steps``: the steps the batch wrote per series; ``known``: per series, chunk ranges the batch has
+    just written and all their points (level 1 over them is computed without reading them back).
+    One read and one write statement per level at most.
     """
     written = 0
     prev_width = 1
@@ -219,7 +194,8 @@ def seal_rollups(
     busy = []
     for key, after in latest_after.items():
         old = latest_before.get(key)
-        if old is None or after // first != old // first or min(steps.get(key, (after,))) < old // first * first:
+        edge = sealed_blocks(old, first) if old is not None else 0
+        if old is None or sealed_blocks(after, first) != edge or min(steps.get(key, (after,))) < edge * first:
             busy.append(key)
     busy.sort()
     for level, width in ROLLUP_LEVELS.items():
@@ -236,12 +212,12 @@ def seal_rollups(
             continue
         accs: dict[tuple[int, int, int], Acc] = {}
         if level == 1:
-            points = _read_in_ranges(conn, run_id, "t.step, t.tokens, t.value", "metric_points", "step", "", todo)
+            points = _level1_points(conn, run_id, todo, known or {})
             points.sort(key=_KEY3)
             accs = _level1(points)
         else:
             cols = "t.block, t.n_points, t.min_step, t.min_tokens, t.min_value, t.max_step, t.max_tokens, t.max_value"
-            for n, la, blk, cnt, s0, t0, v0, s1, t1, v1 in _read_in_ranges(
+            for n, la, blk, cnt, s0, t0, v0, s1, t1, v1 in read_in_ranges(
                 conn, run_id, cols, "metric_rollups", "block", f" AND t.level = {level - 1:d}", todo
             ):
                 k = (n, la, blk // ratio)
@@ -252,6 +228,28 @@ def seal_rollups(
     return written
 
 
+def _level1_points(
+    conn: Connection,
+    run_id: int,
+    todo: list[tuple[int, ...]],
+    known: Mapping[SeriesKey, tuple[list[tuple[int, int]], list[Cand]]],
+) -> list[Any]:
+    """The points of (name_id, layer, first step, last step) ranges: from ``known`` chunks, else the database."""
+    out: list[Any] = []
+    unknown: list[tuple[int, int, int, int]] = []
+    for n, la, a, b in todo:
+        spans, pts = known.get((n, la), ((), ()))
+        ca, cb = a // CHUNK_STEPS, b // CHUNK_STEPS
+        if any(c0 <= ca and cb <= c1 for c0, c1 in spans):
+            out += [(n, la, *p) for p in pts if a <= p[0] <= b]
+        else:
+            unknown.append((n, la, a, b))
+    if unknown:
+        out += chunks.points_in_ranges(conn, run_id, unknown)
+    return out
+
+
 def sealed_blocks(latest_step: int, width: int) -> int:
-    """How many leading blocks of ``width`` are sealed (have their rollup row) when the latest step is given."""
-    return latest_step // width
+    """How many leading blocks of ``width`` are sealed (have their rollup row) when the latest step is given:
+    those whose last step the series has reached (the chunks of :mod:`monitor.store.compact` seal alike)."""
+    return (latest_step + 1) // width

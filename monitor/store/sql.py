@@ -21,6 +21,7 @@ from hyperwatch.monitor.store.entities import (
     Group,
     Run,
 )
+from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.models import (
     GroupRow,
     MetricNameRow,
@@ -61,6 +62,7 @@ class SqlStore(SeriesMixin, Store):
         else:
             self.engine = url_or_engine
         self._name_ids: dict[str, int] = {}
+        self.hot_vacuum = HotVacuum(self.engine)
 
     # -- health ----------------------------------------------------------------------------------
     def ping(self) -> None:
@@ -72,6 +74,7 @@ class SqlStore(SeriesMixin, Store):
             migrate.check_schema(self.engine)
 
     def close(self) -> None:
+        self.hot_vacuum.wait()
         self.engine.dispose()
 
     # -- helpers ---------------------------------------------------------------------------------

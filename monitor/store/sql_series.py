@@ -26,6 +26,7 @@ from hyperwatch.monitor.store.entities import (
     SeriesInfo,
     SeriesPoint,
 )
+from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.models import AlertEventRow, MetricNameRow, ProjectRow, RunRow, SeriesLatestRow
 from hyperwatch.monitor.store.points import (
     api_layer,
@@ -61,6 +62,7 @@ class SeriesMixin:
     """Needs ``engine``, ``_name_id`` and ``_get_run`` from the class it is mixed into."""
 
     engine: Engine
+    hot_vacuum: HotVacuum
 
     if TYPE_CHECKING:  # provided by SqlStore
 
@@ -79,13 +81,14 @@ class SeriesMixin:
                 return IngestResult(run_id=run_id, accepted=seen, duplicate=True)
             columns = PointColumns.of(points)
             name_ids = {n: self._name_id(conn, n) for n in columns.names}
-            write_points(conn, run_id, columns, name_ids)  # type: ignore[arg-type]
+            moved = write_points(conn, run_id, columns, name_ids)  # type: ignore[arg-type]
             alerts: list[NewAlert] = []
             if detector is not None:
                 # same transaction: the batch and its alerts commit together or not at all (a retried
                 # batch is then either a duplicate with its alerts stored, or new and detected again)
                 alerts = self._insert_alerts(conn, run_id, detector(_ConnWindows(self, conn)))
-            return IngestResult(run_id=run_id, accepted=len(points), duplicate=False, alerts=tuple(alerts))
+        self.hot_vacuum.moved(moved)  # committed: the rows it deleted can be vacuumed
+        return IngestResult(run_id=run_id, accepted=len(points), duplicate=False, alerts=tuple(alerts))
 
     def _series_params(self, conn: Connection, run_id: int, name: str, layer: int | None) -> dict[str, Any] | None:
         self._get_run(conn, run_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -11,12 +12,13 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
+from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.core.config import Settings
 from hyperwatch.monitor.core.errors import SchemaOutOfDateError
 from hyperwatch.monitor.main import create_app
-from hyperwatch.monitor.store import SqlStore, migrate
+from hyperwatch.monitor.store import SqlStore, chunks, migrate
 from hyperwatch.monitor.store.models import Base
 
 TABLES = {
@@ -26,6 +28,7 @@ TABLES = {
     "run_tags",
     "metric_names",
     "metric_points",
+    "metric_chunks",
     "metric_rollups",
     "series_latest",
     "ingested_batches",
@@ -128,3 +131,52 @@ def test_serve_refuses_placeholder_token_and_old_schema(tmp_path: Path) -> None:
     )
     assert r.returncode == 2
     assert "hyperwatch db upgrade" in r.stderr
+
+
+def test_0005_moves_existing_points_into_chunks_and_back(db_url: str) -> None:
+    """Points stored before revision 0005 read the same after it, and after a downgrade back."""
+    store = SqlStore(db_url)
+    try:
+        migrate.upgrade(store.engine, "0004_alert_source")
+        dense = [(0, s, s * 10, [None, math.inf, -math.inf, 0.5 * s][s % 4]) for s in range(100)]
+        sparse = [(1, s, None, float(s)) for s in (0, 5, 40, 41, 300)]  # and no series_latest row
+        with store.engine.begin() as conn:
+            conn.execute(text("INSERT INTO projects (id, name, created_at) VALUES (1, 'p', CURRENT_TIMESTAMP)"))
+            conn.execute(
+                text(
+                    "INSERT INTO runs (id, project_id, name, status, config, summary, export_layers, created_at, "
+                    "updated_at) VALUES (1, 1, 'r', 'running', '{}', '{}', false, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+                )
+            )
+            conn.execute(text("INSERT INTO metric_names (id, name) VALUES (1, 'loss')"))
+            conn.execute(
+                text("INSERT INTO metric_points VALUES (1, 1, :la, :s, :t, :v)"),
+                [{"la": la, "s": s, "t": t, "v": v} for la, s, t, v in dense + sparse],
+            )
+            conn.execute(text("INSERT INTO series_latest VALUES (1, 1, 0, 99, 49.5)"))
+        want = sorted((1, 1, la, s, t, v) for la, s, t, v in dense + sparse)
+
+        migrate.upgrade(store.engine)
+        with store.engine.connect() as conn:
+            assert chunks.all_points(conn) == want
+            hot = conn.execute(text("SELECT layer, step FROM metric_points ORDER BY 1, 2")).all()
+            if store.engine.dialect.name == "postgresql":
+                assert hot == [(0, 96), (0, 97), (0, 98), (0, 99), (1, 300)]  # the rest is chunked
+            else:
+                assert len(hot) == len(want)  # SQLite keeps one row per point
+            assert conn.execute(text("SELECT step FROM series_latest WHERE layer = 1")).scalar() == 300
+        read = store.series(1, "loss", 0, 1000, None, None).points
+        assert [(p.step, p.tokens) for p in read] == [(s, t) for _la, s, t, _v in dense]
+        assert math.isnan(read[0].value) and read[1].value == math.inf and read[2].value == -math.inf
+        store.ingest(1, "after-0005", [Point("loss", 100, 7.0, layer=0, tokens=1000)])  # writes go on
+
+        migrate.downgrade(store.engine, "0004_alert_source")
+        assert "metric_chunks" not in inspect(store.engine).get_table_names()
+        with store.engine.connect() as conn:
+            back = conn.execute(text("SELECT * FROM metric_points ORDER BY 1, 2, 3, 4")).all()
+        assert [tuple(r) for r in back] == sorted([*want, (1, 1, 0, 100, 1000, 7.0)])
+        migrate.upgrade(store.engine)
+        with store.engine.connect() as conn:
+            assert chunks.all_points(conn) == sorted([*want, (1, 1, 0, 100, 1000, 7.0)])
+    finally:
+        store.close()

@@ -172,8 +172,8 @@ def test_run_filters_and_updates(client: TestClient) -> None:
 def test_spikes_in_the_open_tail_survive_downsampling(store: SqlStore, n: int, buckets: int) -> None:
     """Rollups exist for sealed blocks only: extremes in the still-open blocks are read from the points.
 
-    With 4,096 steps the last block of each level ends exactly at the latest step: wholly inside the
-    range, yet not sealed (no row), so it must be read from the points.
+    With 4,096 steps the last block of each level ends exactly at the latest step, which seals it
+    (the edge case of the rule); with 5,000 the open tail is read from the points.
     """
     run, _ = store.upsert_run("default", "tail", {})
     spike, dip = n - 6, 4000

@@ -1,8 +1,10 @@
 """Rollups stay exact under incremental maintenance: random batches, overwrites, NaN/Inf, ties, concurrency.
 
-The reference is a brute-force summary of ``metric_points`` per block and level (count, the minimum and
-the maximum point, NaN never winning, ties to the earlier step) over the *sealed* blocks (those the
-series' latest step lies past); the stored rollup rows must be exactly those, each equal to it.
+The reference is a brute-force summary of every stored point (hot rows and packed chunks alike) per
+block and level (count, the minimum and the maximum point, NaN never winning, ties to the earlier
+step) over the *sealed* blocks (those whose last step the series' latest step has reached); the stored rollup rows must
+be exactly those, each equal to it. The writers' batches cross chunk boundaries and write late into
+sealed chunks, so the chunks' rewrites are checked by the same reference.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 from sqlalchemy import event, text
 
 from hyperwatch.hooks.schema import Point
-from hyperwatch.monitor.store import SqlStore
+from hyperwatch.monitor.store import SqlStore, chunks
+from hyperwatch.monitor.store.models import CHUNK_STEPS as W
 from hyperwatch.monitor.store.models import ROLLUP_LEVELS
 from hyperwatch.monitor.store.rollups import batch_summaries
 
@@ -25,7 +28,7 @@ Row = tuple[Any, ...]
 
 def brute_force(store: SqlStore) -> dict[tuple[int, int, int, int, int], Row]:
     with store.engine.connect() as conn:
-        points = conn.execute(text("SELECT run_id, name_id, layer, step, tokens, value FROM metric_points")).all()
+        points = chunks.all_points(conn)  # hot rows and chunks alike
     out: dict[tuple[int, int, int, int, int], list[Any]] = {}
     for run_id, name_id, layer, step, tokens, value in sorted(points, key=lambda r: (r[0], r[1], r[2], r[3])):
         for level, width in ROLLUP_LEVELS.items():
@@ -40,8 +43,8 @@ def brute_force(store: SqlStore) -> dict[tuple[int, int, int, int, int], Row]:
     latest: dict[tuple[int, int, int], int] = {}
     for run_id, name_id, layer, step, _t, _v in points:
         latest[(run_id, name_id, layer)] = max(step, latest.get((run_id, name_id, layer), -1))
-    # only sealed blocks (the series' latest step lies past them) have a row
-    return {k: tuple(v) for k, v in out.items() if k[4] < latest[k[:3]] // ROLLUP_LEVELS[k[3]]}
+    # only sealed blocks (the series' latest step has reached their last step) have a row
+    return {k: tuple(v) for k, v in out.items() if k[4] < (latest[k[:3]] + 1) // ROLLUP_LEVELS[k[3]]}
 
 
 def stored(store: SqlStore) -> dict[tuple[int, int, int, int, int], Row]:
@@ -88,6 +91,7 @@ def test_random_batches_with_overwrites_keep_every_block_exact(store: SqlStore) 
         store.ingest(rng.choice([run.id, other.id]), uuid.uuid4().hex, pts)
     expected = brute_force(store)
     assert len(expected) > 100
+    _assert_split_at_boundary(store)  # the reference read the chunks; the writer rewrote some of them
     got = stored(store)
     assert got.keys() == expected.keys()
     for key, want in expected.items():
@@ -125,11 +129,28 @@ def test_concurrent_writers_of_the_same_blocks_stay_exact(store: SqlStore) -> No
     for t in threads:
         t.join()
     assert errors == []
+    _assert_split_at_boundary(store)
     expected = brute_force(store)
     got = stored(store)
     assert got.keys() == expected.keys()
     for key, want in expected.items():
         assert _same(got[key], want), (key, got[key], want)
+
+
+def _assert_split_at_boundary(store: SqlStore) -> None:
+    """PostgreSQL: chunks are in play, and every hot row lies at or past its series' sealed boundary."""
+    with store.engine.connect() as conn:
+        n_chunks = conn.execute(text("SELECT count(*) FROM metric_chunks")).scalar()
+        late = conn.execute(
+            text(
+                "SELECT count(*) FROM metric_points AS p JOIN series_latest AS s ON s.run_id = p.run_id "
+                f"AND s.name_id = p.name_id AND s.layer = p.layer WHERE p.step < (s.step + 1) / {W} * {W}"
+            )
+        ).scalar()
+    if store.engine.dialect.name == "postgresql":
+        assert n_chunks and late == 0
+    else:
+        assert n_chunks == 0  # SQLite keeps one row per point
 
 
 def _same(a: Row, b: Row) -> bool:

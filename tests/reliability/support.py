@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, text
 
 from hyperwatch.monitor import children
 from hyperwatch.monitor.children import ServiceProcess, free_port
-from hyperwatch.monitor.store import SqlStore, migrate
+from hyperwatch.monitor.store import SqlStore, chunks, migrate
 
 __all__ = ["AUTH", "READ_TOKEN", "REPO", "WRITE_TOKEN", "Service", "free_port", "python_env"]
 
@@ -72,7 +72,7 @@ class Service(ServiceProcess):
 class Stored:
     """What the database holds for one run."""
 
-    points: int  # rows in metric_points
+    points: int  # points stored (hot rows in metric_points and points in metric_chunks)
     distinct: int  # distinct (name, layer, step) keys
     ingested: int  # sum of n_points over the run's stored batches: each point ingested once -> == points
     batches: int  # stored batch ids
@@ -87,16 +87,9 @@ def stored(db_url: str, run: str) -> Stored:
             if not run_ids:
                 return Stored(0, 0, 0, 0, set())
             rid = run_ids[0]
-            keys = [
-                (str(n), int(layer), int(step))
-                for n, layer, step in conn.execute(
-                    text(
-                        "SELECT m.name, p.layer, p.step FROM metric_points p "
-                        "JOIN metric_names m ON m.id = p.name_id WHERE p.run_id = :r"
-                    ),
-                    {"r": rid},
-                )
-            ]
+            names = dict(conn.execute(text("SELECT id, name FROM metric_names")).all())
+            # hot rows and chunked points alike: a key stored in both would count twice
+            keys = [(str(names[n]), la, s) for _r, n, la, s, _t, _v in chunks.all_points(conn, rid)]
             ingested, batches = conn.execute(
                 text("SELECT COALESCE(SUM(n_points), 0), COUNT(*) FROM ingested_batches WHERE run_id = :r"),
                 {"r": rid},

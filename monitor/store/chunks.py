@@ -1,0 +1,257 @@
+"""Sealed ranges of a series packed into one row: the codec of ``metric_chunks.data`` and its reads.
+
+A chunk is one (run, name, layer) and the steps ``[c * CHUNK_STEPS, (c + 1) * CHUNK_STEPS)``. Why:
+one row per point costs ~94 B on PostgreSQL whatever is in it (24 B tuple header, 4 B line pointer,
+alignment, a 28 B index entry); one row per 16 points spreads that over 16 and keeps ~8 B of payload
+per point (measured: see the sizing note in :mod:`monitor.store.models`).
+
+The blob, little-endian, version 1::
+
+    u8 version | u8 flags | u16 n | steps | tokens | n x f64 values
+
+- steps: ``DENSE`` (consecutive): one u16, the first step's offset from the chunk's first step;
+  otherwise n x u16 offsets (hence ``CHUNK_STEPS <= 65536``);
+- tokens: ``TOK_NONE`` (all NULL): nothing; ``TOK_LINEAR`` (``t0 + dt * (step - first step)``, what
+  a constant batch size gives): i64 t0, i64 dt; otherwise (``TOK_MASK`` when some are NULL: a
+  bitmap of ceil(n / 8) bytes, set = NULL) n x i64;
+- values: IEEE doubles as sent, NaN as NaN (the store's NULL <-> NaN mapping is applied here, so a
+  decoded point reads exactly like a ``metric_points`` row: value None for NaN, +-Inf themselves).
+
+Packing and unpacking use ``struct`` (for 16 points quicker than numpy). Points are decoded in
+Python: a chunk is small and the reads that decode (range edges, open tails,
+non-finite events, trailing windows) touch a few chunks; wide reads go to the rollups.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from hyperwatch.monitor.store.bulk import read_in_ranges
+from hyperwatch.monitor.store.models import CHUNK_STEPS, NONFINITE_PREDICATE
+
+Cand = tuple[int, int | None, float | None]  # step, tokens, sql value (None = NaN)
+KEY = "run_id = :run_id AND name_id = :name_id AND layer = :layer"
+
+VERSION = 1
+DENSE, TOK_NONE, TOK_LINEAR, TOK_MASK = 1, 2, 4, 8
+_HEAD = struct.Struct("<BBH")
+_U16 = struct.Struct("<H")
+_LINEAR = struct.Struct("<qq")
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+assert CHUNK_STEPS <= 65536
+
+
+def encode(chunk: int, points: Sequence[Cand]) -> tuple[bytes, int]:
+    """(blob, count of NaN/+-Inf values) of step-sorted, distinct ``points`` of chunk ``chunk``.
+
+    Plain ``struct`` packing: for 16 points it is several times quicker than building numpy arrays.
+    """
+    n = len(points)
+    if not 0 < n <= CHUNK_STEPS:
+        raise ValueError(f"points: a chunk holds 1 to {CHUNK_STEPS} points, got {n}")
+    base = chunk * CHUNK_STEPS
+    steps, tokens, raw = zip(*points)
+    first, last = steps[0] - base, steps[-1] - base
+    if first < 0 or last >= CHUNK_STEPS:
+        raise ValueError(f"points: steps {steps[0]}..{steps[-1]} lie outside chunk {chunk}")
+    flags = 0
+    parts: list[bytes] = []
+    if last - first == n - 1:
+        flags |= DENSE
+        parts.append(_U16.pack(first))
+    else:
+        parts.append(struct.pack(f"<{n}H", *(s - base for s in steps)))
+    if None not in tokens:
+        linear = _linear(steps, tokens)
+        if linear is not None:
+            flags |= TOK_LINEAR
+            parts.append(_LINEAR.pack(*linear))
+        else:
+            parts.append(struct.pack(f"<{n}q", *tokens))
+    elif tokens.count(None) == n:
+        flags |= TOK_NONE
+    else:
+        flags |= TOK_MASK
+        mask = bytearray(-(-n // 8))
+        for i, t in enumerate(tokens):
+            if t is None:
+                mask[i >> 3] |= 1 << (i & 7)
+        parts.append(bytes(mask))
+        parts.append(struct.pack(f"<{n}q", *(0 if t is None else t for t in tokens)))
+    values = [math.nan if v is None else v for v in raw]
+    parts.append(struct.pack(f"<{n}d", *values))
+    nonfinite = n - sum(map(math.isfinite, values))
+    return _HEAD.pack(VERSION, flags, n) + b"".join(parts), nonfinite
+
+
+def _linear(steps: Sequence[int], tokens: Sequence[int]) -> tuple[int, int] | None:
+    """(t0, dt) when every token is ``t0 + dt * (step - steps[0])`` exactly, dt within int64."""
+    t0 = tokens[0]
+    if len(tokens) == 1:
+        return t0, 0
+    dt, rest = divmod(tokens[1] - t0, steps[1] - steps[0])
+    if rest or not _I64_MIN <= dt <= _I64_MAX:
+        return None
+    s0 = steps[0]
+    if all(t == t0 + dt * (s - s0) for s, t in zip(steps, tokens)):
+        return t0, dt
+    return None
+
+
+def decode(chunk: int, blob: bytes) -> list[Cand]:
+    """The points of a chunk, step-sorted, as ``metric_points`` would give them (NaN -> None)."""
+    version, flags, n = _HEAD.unpack_from(blob, 0)
+    if version != VERSION:
+        raise ValueError(f"metric_chunks.data: unknown format version {version} (this build reads {VERSION})")
+    pos = _HEAD.size
+    base = chunk * CHUNK_STEPS
+    if flags & DENSE:
+        first = base + _U16.unpack_from(blob, pos)[0]
+        steps: Sequence[int] = range(first, first + n)
+        pos += 2
+    else:
+        steps = [base + o for o in struct.unpack_from(f"<{n}H", blob, pos)]
+        pos += 2 * n
+    tokens: Sequence[int | None]
+    if flags & TOK_NONE:
+        tokens = [None] * n
+    elif flags & TOK_LINEAR:
+        t0, dt = _LINEAR.unpack_from(blob, pos)
+        pos += _LINEAR.size
+        s0 = steps[0]
+        tokens = [t0 + dt * (s - s0) for s in steps]
+    else:
+        mask = None
+        if flags & TOK_MASK:
+            mask = blob[pos : pos - (-n // 8)]
+            pos -= -n // 8
+        tokens = struct.unpack_from(f"<{n}q", blob, pos)
+        pos += 8 * n
+        if mask is not None:
+            tokens = [None if mask[i >> 3] >> (i & 7) & 1 else t for i, t in enumerate(tokens)]
+    values = struct.unpack_from(f"<{n}d", blob, pos)
+    return [(s, t, None if v != v else v) for s, t, v in zip(steps, tokens, values)]
+
+
+def decode_rows(rows: Iterable[tuple[int, bytes]], lo: int, hi: int) -> list[Cand]:
+    """The points within steps [lo, hi] of (chunk, data) rows."""
+    out: list[Cand] = []
+    for chunk, blob in rows:
+        pts = decode(int(chunk), bytes(blob))
+        if pts[0][0] >= lo and pts[-1][0] <= hi:
+            out += pts
+        else:
+            out += [p for p in pts if lo <= p[0] <= hi]
+    return out
+
+
+# -- reads of one series (params: run_id, name_id, layer) -----------------------------------------
+
+
+def _chunk_rows(conn: Connection, params: dict[str, Any], lo: int, hi: int, where: str = "", order: str = "") -> Any:
+    sql = (
+        f"SELECT chunk, data FROM metric_chunks WHERE {KEY} AND chunk >= :ca AND chunk <= :cb{where} "
+        f"ORDER BY chunk{order}"
+    )
+    return conn.execute(text(sql), {**params, "ca": lo // CHUNK_STEPS, "cb": hi // CHUNK_STEPS})
+
+
+def chunked_points(conn: Connection, params: dict[str, Any], lo: int, hi: int) -> list[Cand]:
+    """The series' points in steps [lo, hi] that live in chunks, step-sorted."""
+    return decode_rows(_chunk_rows(conn, params, lo, hi), lo, hi)
+
+
+def points(conn: Connection, params: dict[str, Any], lo: int, hi: int) -> list[Cand]:
+    """Every point of the series in steps [lo, hi], step-sorted: the chunks' then the hot rows'.
+
+    Chunks hold the steps below the series' sealed boundary and ``metric_points`` the ones above it
+    (one writer per series moves them in one transaction), so the two lists never overlap; a reader
+    needs one snapshot of both (one statement each in a transaction: see ``managed``).
+    """
+    out = chunked_points(conn, params, lo, hi)
+    sql = f"SELECT step, tokens, value FROM metric_points WHERE {KEY} AND step >= :a AND step <= :b ORDER BY step"
+    out += [(int(s), t, v) for s, t, v in conn.execute(text(sql), {**params, "a": lo, "b": hi})]
+    return out
+
+
+def end_point(conn: Connection, params: dict[str, Any], first: bool) -> Cand | None:
+    """The first (or last) point of the series within params' [start, end]."""
+    lo, hi = params["start"], params["end"]
+    order = "ASC" if first else "DESC"
+    sql = (
+        f"SELECT step, tokens, value FROM metric_points WHERE {KEY} AND step >= :start AND step <= :end "
+        f"ORDER BY step {order} LIMIT 1"
+    )
+    row = conn.execute(text(sql), params).first()
+    hot: Cand | None = None if row is None else (int(row[0]), row[1], row[2])
+    if hot is not None and not first:
+        return hot  # every chunked step lies below every hot step
+    # two chunks at most: the edge chunk may hold no step inside [lo, hi], the next one then does
+    rows = _chunk_rows(conn, params, lo, hi, order=f" {order} LIMIT 2").all()
+    for chunk, blob in rows:
+        pts = [p for p in decode(int(chunk), bytes(blob)) if lo <= p[0] <= hi]
+        if pts:
+            return pts[0] if first else pts[-1]
+    return hot
+
+
+def nonfinite(conn: Connection, params: dict[str, Any], lo: int, hi: int) -> list[Cand]:
+    """Every NaN/Inf point in [lo, hi]: the hot rows through their partial index, the chunks through theirs."""
+    hint = " INDEXED BY ix_metric_points_nonfinite" if conn.dialect.name == "sqlite" else ""
+    sql = (
+        f"SELECT step, tokens, value FROM metric_points{hint} WHERE {KEY} AND step >= :lo AND step <= :hi "
+        f"AND ({NONFINITE_PREDICATE})"
+    )
+    out: list[Cand] = [(int(s), t, v) for s, t, v in conn.execute(text(sql), {**params, "lo": lo, "hi": hi})]
+    rows = _chunk_rows(conn, params, lo, hi, where=" AND nonfinite > 0")
+    out += [p for p in decode_rows(rows, lo, hi) if p[2] is None or not math.isfinite(p[2])]
+    return out
+
+
+# -- reads of many series (the writer's rollups, the detector's windows) --------------------------
+
+
+def points_in_ranges(
+    conn: Connection, run_id: int, ranges: Sequence[tuple[int, int, int, int]]
+) -> list[tuple[int, int, int, int | None, float | None]]:
+    """(name_id, layer, step, tokens, value) of every point in (name_id, layer, first step, last step) ranges."""
+    out = list(read_in_ranges(conn, run_id, "t.step, t.tokens, t.value", "metric_points", "step", "", ranges))
+    by_chunk = [(n, la, a // CHUNK_STEPS, b // CHUNK_STEPS) for n, la, a, b in ranges]
+    found = read_in_ranges(conn, run_id, "t.chunk, t.data", "metric_chunks", "chunk", "", by_chunk)
+    bounds: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for n, la, a, b in ranges:
+        bounds.setdefault((n, la), []).append((a, b))
+    seen: set[tuple[int, int, int]] = set()
+    for n, la, chunk, blob in found:
+        if (n, la, chunk) in seen:  # two ranges may share a chunk
+            continue
+        seen.add((n, la, chunk))
+        spans = bounds[(n, la)]
+        out += [(n, la, *p) for p in decode(int(chunk), bytes(blob)) if any(a <= p[0] <= b for a, b in spans)]
+    return out
+
+
+def all_points(
+    conn: Connection, run_id: int | None = None
+) -> list[tuple[int, int, int, int, int | None, float | None]]:
+    """(run_id, name_id, layer, step, tokens, value) of every stored point (of one run), hot or chunked,
+    in key order: what a one-row-per-point table would hold (for checks, exports and migrations)."""
+    where, params = ("", {}) if run_id is None else (" WHERE run_id = :r", {"r": run_id})
+    out = [
+        (int(r), int(n), int(la), int(s), t, v)
+        for r, n, la, s, t, v in conn.execute(
+            text(f"SELECT run_id, name_id, layer, step, tokens, value FROM metric_points{where}"), params
+        )
+    ]
+    for r, n, la, c, blob in conn.execute(
+        text(f"SELECT run_id, name_id, layer, chunk, data FROM metric_chunks{where}"), params
+    ):
+        out += [(int(r), int(n), int(la), *p) for p in decode(int(c), bytes(blob))]
+    out.sort(key=lambda p: p[:4])
+    return out
