@@ -25,24 +25,24 @@ SERIES_PER_STATEMENT = 200  # SQLite allows 500 terms in a compound SELECT
 WindowKey = tuple[int, int, int]  # (name_id, sql layer, before_step)
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=64)
+def _newest_sql(dialect: str, n: int, table: str, order: str, cols: str, cmp: str) -> str:
+    """``n`` newest-first windows of one series each, as one UNION ALL (one round trip): rows of
+    ``table`` with ``order`` ``cmp`` a bound, newest ``limit`` first; built from constants only."""
+    mark = "%s" if dialect == "postgresql" else "?"
+    one = (
+        f"SELECT {{i}} AS i, {cols} FROM (SELECT {cols} FROM {table} WHERE run_id = {{m}} "
+        f"AND name_id = {{m}} AND layer = {{m}} AND {order} {cmp} {{m}} ORDER BY {order} DESC LIMIT {{m}}) AS t{{i}}"
+    )
+    return " UNION ALL ".join(one.format(i=i, m=mark) for i in range(n))
+
+
 def _windows_sql(dialect: str, n: int) -> str:
-    mark = "%s" if dialect == "postgresql" else "?"
-    one = (
-        "SELECT {i} AS i, step, value FROM (SELECT step, value FROM metric_points WHERE run_id = {m} "
-        "AND name_id = {m} AND layer = {m} AND step < {m} ORDER BY step DESC LIMIT {m}) AS t{i}"
-    )
-    return " UNION ALL ".join(one.format(i=i, m=mark) for i in range(n))
+    return _newest_sql(dialect, n, "metric_points", "step", "step, value", "<")
 
 
-@lru_cache(maxsize=32)
 def _chunks_sql(dialect: str, n: int) -> str:
-    mark = "%s" if dialect == "postgresql" else "?"
-    one = (
-        "SELECT {i} AS i, chunk, data FROM (SELECT chunk, data FROM metric_chunks WHERE run_id = {m} "
-        "AND name_id = {m} AND layer = {m} AND chunk <= {m} ORDER BY chunk DESC LIMIT {m}) AS c{i}"
-    )
-    return " UNION ALL ".join(one.format(i=i, m=mark) for i in range(n))
+    return _newest_sql(dialect, n, "metric_chunks", "chunk", "chunk, data", "<=")
 
 
 def trailing_points(
