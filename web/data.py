@@ -106,6 +106,7 @@ def group_compare(
     group, runs = group_runs(store, group_id)
     runs = order_by_size(runs)
     colour, label = colours(runs), labels(runs)
+    rank = {run.id: i for i, run in enumerate(runs)}
     lines: list[RunLine] = []
     records: list[dict[str, Any]] = []
     matching = match_runs(runs)
@@ -117,7 +118,7 @@ def group_compare(
         line = aggregate_series(store, run, name, agg, buckets, latest, tmap)
         if not line.values:
             continue
-        lines.append(RunLine(run, line, label[run.id], colour[run.id]))
+        lines.append(RunLine(run, line, label[run.id], colour[run.id], rank[run.id]))
         size = size_of(run)
         if size is not None and run.id in matching.cutoff and matching.reason is None:
             compared = truncate(line, matching.cutoff[run.id])

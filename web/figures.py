@@ -136,12 +136,15 @@ def base_layout(title: str, x_title: str, y_title: str, height: int = 340) -> di
 
 @dataclass(frozen=True)
 class RunLine:
-    """One run's line in a comparison: the run, its aggregated series, its legend label and colour."""
+    """One run's line in a comparison: the run, its aggregated series, its legend label and colour;
+    ``rank`` is the run's place among all the group's runs by size (the page legend's order, which
+    must not depend on which figure's data arrives first)."""
 
     run: Run
     line: AggSeries
     label: str
     colour: str
+    rank: int = 0
 
 
 def compare_figure(name: str, lines: Sequence[RunLine], x: XAxis, agg: str, gl: bool) -> dict[str, Any]:
@@ -160,7 +163,7 @@ def compare_figure(name: str, lines: Sequence[RunLine], x: XAxis, agg: str, gl: 
             continue
         label, group = esc(rl.label), f"run{rl.run.id}"
         # meta.label is the raw label for the page's own legend (textContent); plotly gets the escaped one
-        meta = {"smooth": True, "run_id": rl.run.id, "label": rl.label, "colour": rl.colour}
+        meta = {"smooth": True, "run_id": rl.run.id, "label": rl.label, "colour": rl.colour, "rank": rl.rank}
         data.append(line_trace(xs, rl.line.values, label, group, rl.colour, gl, meta=meta))
         nf = nonfinite_trace(xs, rl.line.values, label, group, 0.97 - 0.04 * (i % 12), rl.colour)
         if nf is not None:

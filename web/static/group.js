@@ -67,7 +67,7 @@
     for (const t of traces) {
       const m = t.meta || {};
       if (m.label === undefined || legend.has(m.run_id)) continue;
-      legend.set(m.run_id, { label: m.label, colour: m.colour, order: legend.size });
+      legend.set(m.run_id, { label: m.label, colour: m.colour, rank: m.rank });
       added = true;
     }
     if (added) renderLegend();
@@ -75,7 +75,10 @@
 
   function renderLegend() {
     const box = document.getElementById("legend");
-    box.replaceChildren(...Array.from(legend.entries()).map(([id, e]) => HW.el("button", {
+    /* by size, as the server ranks the group's runs: figures answer in any order, and one holding
+       only some runs must not put them first */
+    const entries = Array.from(legend.entries()).sort((a, b) => a[1].rank - b[1].rank);
+    box.replaceChildren(...entries.map(([id, e]) => HW.el("button", {
       type: "button", class: "legend-item" + (hidden.has(id) ? " off" : ""), "data-run-id": id,
       onclick: () => toggle(id) }, HW.el("span", { class: "swatch", style: `background:${e.colour}` }), e.label)));
   }
