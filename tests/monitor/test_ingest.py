@@ -203,3 +203,8 @@ def test_values_stored_bit_exact_by_copy_and_by_upsert(store: SqlStore) -> None:
         assert got == dict(enumerate(vals))
         last = {la: max(s for s in range(len(vals)) if s % 3 == la) for la in range(3)}
         assert [tuple(r) for r in latest] == [(la, last[la], vals[last[la]]) for la in range(3)]
+    # a late re-send of early steps changes those points but not the series' latest step and value
+    store.ingest(run.id, "exact-late", [Point("attention_z", s, -1.0, layer=s % 3) for s in range(6)])
+    with store.engine.connect() as conn:
+        sql = text("SELECT layer, step, value FROM series_latest WHERE run_id = :r ORDER BY layer")
+        assert [tuple(r) for r in conn.execute(sql, {"r": run.id}).all()] == [tuple(r) for r in latest]
