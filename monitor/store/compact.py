@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from hyperwatch.monitor.store import chunks
-from hyperwatch.monitor.store.bulk import bulk_write, read_in_ranges
+from hyperwatch.monitor.store.bulk import bulk_write, pg_array, read_in_ranges
 from hyperwatch.monitor.store.chunks import Cand
 from hyperwatch.monitor.store.models import CHUNK_STEPS
 
@@ -160,7 +160,8 @@ def _take_hot(conn: Connection, run_id: int, ranges: list[tuple[int, int, int, i
     if not ranges:
         return []
     if conn.dialect.name == "postgresql":
-        params = (*(list(col) for col in zip(*ranges)), run_id)
+        types = ("int", "int", "bigint", "bigint")
+        params = (*(pg_array(col, t) for col, t in zip(zip(*ranges), types, strict=True)), run_id)
         return conn.exec_driver_sql(_TAKE_PG, params).cursor.fetchall()  # type: ignore[return-value]
     # SQLite: in-process, so a read then a delete per range costs no round trip
     rows = read_in_ranges(conn, run_id, "t.step, t.tokens, t.value", "metric_points", "step", "", ranges)

@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection
 
 from hyperwatch.hooks.columns import NULL_INT, PointColumns
 from hyperwatch.hooks.schema import Point
-from hyperwatch.monitor.store.bulk import bulk_write
+from hyperwatch.monitor.store.bulk import bulk_write, pg_array
 from hyperwatch.monitor.store.compact import Known, boundary, compacts, store_sealed
 from hyperwatch.monitor.store.models import RUN_LEVEL_LAYER, IngestedBatchRow, RunRow
 from hyperwatch.monitor.store.rollups import PointRow, SeriesKey, seal_rollups
@@ -39,6 +39,13 @@ _POINT_KEY = ("run_id", "name_id", "layer", "step")
 _POINT_SET = "tokens = excluded.tokens, value = excluded.value"
 _LATEST_COLUMNS = ("run_id", "name_id", "layer", "step", "value")
 _LATEST_TYPES = ("int", "int", "int", "bigint", "float8")
+# every series of a batch has its row by now (locked by _lock_latest): a plain UPDATE, ~0.6 ms cheaper
+# on PostgreSQL than the upsert's conflict probe for 512 rows (issue 16)
+_UPDATE_LATEST_PG = (
+    "UPDATE series_latest AS t SET step = u.step, value = u.value "
+    "FROM unnest(%s::int[], %s::int[], %s::bigint[], %s::float8[]) AS u(name_id, layer, step, value) "
+    "WHERE t.run_id = %s AND t.name_id = u.name_id AND t.layer = u.layer AND u.step >= t.step"
+)
 _COPY_POINTS = f"COPY metric_points ({', '.join(_POINT_COLUMNS)}) FROM STDIN"
 _IN_CHUNK = 500  # keys per existence query (SQLite binds at most 32,766 parameters)
 
@@ -156,16 +163,7 @@ def write_points(
         _insert_points(conn, run_id, rows, before)
     # rows are key-sorted: the last row of a series is its latest
     latest = {(r[0], r[1]): (run_id, r[0], r[1], r[2], r[4]) for r in rows}
-    bulk_write(
-        conn,
-        "series_latest",
-        _LATEST_COLUMNS,
-        _LATEST_TYPES,
-        list(latest.values()),
-        ("run_id", "name_id", "layer"),
-        "step = excluded.step, value = excluded.value",
-        "excluded.step >= series_latest.step",
-    )
+    _write_latest(conn, list(latest.values()))
     seal_rollups(conn, run_id, {k: (None if v < 0 else v) for k, v in before.items()}, after, steps, known)
     max_step = max(r[2] for r in rows)
     conn.execute(
@@ -181,6 +179,25 @@ def write_points(
         )
     )
     return moved
+
+
+def _write_latest(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
+    """The latest (step, value) of each series of the batch, unless a later step is already stored."""
+    if conn.dialect.name == "postgresql":
+        _, *cols = zip(*rows, strict=True)  # one run per batch: its id is a scalar parameter
+        arrays = [pg_array(c, t) for c, t in zip(cols, _LATEST_TYPES[1:], strict=True)]
+        conn.exec_driver_sql(_UPDATE_LATEST_PG, (*arrays, rows[0][0]))
+        return
+    bulk_write(
+        conn,
+        "series_latest",
+        _LATEST_COLUMNS,
+        _LATEST_TYPES,
+        rows,
+        ("run_id", "name_id", "layer"),
+        "step = excluded.step, value = excluded.value",
+        "excluded.step >= series_latest.step",
+    )
 
 
 def _insert_points(conn: Connection, run_id: int, rows: list[PointRow], before: dict[SeriesKey, int]) -> None:

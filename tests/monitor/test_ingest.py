@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import sqlite3
 import threading
 
@@ -180,3 +181,30 @@ def test_integer_beyond_double_range_is_infinity_not_500(client: TestClient) -> 
         r = client.get(f"/api/v1/runs/{run['id']}/series", params={"name": "attention_z", "layer": layer})
         assert r.status_code == 200, r.text
         assert [p["value"] for p in r.json()["points"]] == [want, want]
+
+
+def test_values_stored_bit_exact_by_copy_and_by_upsert(store: SqlStore) -> None:
+    """Every float lands bit-exact in ``metric_points`` and ``series_latest``, whether its step is new
+    (COPY on PostgreSQL) or re-sent (the upsert, whose numeric arrays travel as text literals)."""
+    rng = random.Random(16)
+    run, _ = store.upsert_run("default", "exact", {})
+    special = [math.inf, -math.inf, -0.0, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 0.1]
+    for attempt in range(2):  # the second send re-sends every step with other values: last write wins
+        vals = special + [rng.uniform(-1, 1) * 10 ** rng.randint(-300, 300) for _ in range(200)]
+        pts = [Point("attention_z", s, v, layer=s % 3) for s, v in enumerate(vals)]
+        store.ingest(run.id, f"exact-{attempt}", pts)
+        got = {
+            p.step: p.value for la in range(3) for p in store.series(run.id, "attention_z", la, 1000, None, None).points
+        }
+        with store.engine.connect() as conn:
+            latest = conn.execute(
+                text("SELECT layer, step, value FROM series_latest WHERE run_id = :r ORDER BY layer"), {"r": run.id}
+            ).all()
+        assert got == dict(enumerate(vals))
+        last = {la: max(s for s in range(len(vals)) if s % 3 == la) for la in range(3)}
+        assert [tuple(r) for r in latest] == [(la, last[la], vals[last[la]]) for la in range(3)]
+    # a late re-send of early steps changes those points but not the series' latest step and value
+    store.ingest(run.id, "exact-late", [Point("attention_z", s, -1.0, layer=s % 3) for s in range(6)])
+    with store.engine.connect() as conn:
+        sql = text("SELECT layer, step, value FROM series_latest WHERE run_id = :r ORDER BY layer")
+        assert [tuple(r) for r in conn.execute(sql, {"r": run.id}).all()] == [tuple(r) for r in latest]

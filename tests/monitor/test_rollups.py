@@ -168,7 +168,10 @@ def test_appending_steps_writes_each_rollup_row_once(store: SqlStore) -> None:
 
     def count(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, executemany: bool) -> None:
         if statement.startswith("INSERT INTO metric_rollups"):
-            writes.append(len(parameters) if executemany else len(parameters[0]))
+            # SQLite: one parameter tuple per row; PostgreSQL: one array per column, a numeric one as
+            # its literal '{a,b,..}' (see monitor/store/bulk.py)
+            first = parameters if executemany else parameters[0]
+            writes.append(len(first) if not isinstance(first, str) else first.count(",") + 1)
 
     event.listen(store.engine, "before_cursor_execute", count)
     try:
