@@ -121,15 +121,15 @@ class Store(ABC):
     @abstractmethod
     def list_series(self, run_id: int) -> list[SeriesInfo]: ...
 
-    @abstractmethod
     def trailing_values(self, run_id: int, name: str, layer: int | None, before_step: int, limit: int) -> list[float]:
         """The ``limit`` newest values strictly before ``before_step``, oldest first."""
+        return self.trailing_windows(run_id, [(name, layer, before_step)], limit)[0]
 
-    @abstractmethod
     def trailing_windows(
         self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
     ) -> list[list[float]]:
         """:meth:`trailing_values` of many ``(name, layer, before_step)`` at once (one read), in ``keys`` order."""
+        return [[v for _step, v in w] for w in self.trailing_points(run_id, keys, limit)]
 
     @abstractmethod
     def trailing_points(

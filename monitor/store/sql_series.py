@@ -55,7 +55,9 @@ class _ConnWindows:
     def trailing_windows(
         self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
     ) -> list[list[float]]:
-        return self._store._trailing_windows(self._conn, run_id, keys, limit) if keys else []
+        if not keys:
+            return []
+        return [[v for _step, v in w] for w in self._store._trailing_points(self._conn, run_id, keys, limit)]
 
 
 class SeriesMixin:
@@ -153,22 +155,6 @@ class SeriesMixin:
                 .order_by(MetricNameRow.name, SeriesLatestRow.layer)
             )
             return [SeriesInfo(n, api_layer(la), s, from_sql_value(v)) for n, la, s, v in conn.execute(q)]
-
-    def trailing_values(self, run_id: int, name: str, layer: int | None, before_step: int, limit: int) -> list[float]:
-        return self.trailing_windows(run_id, [(name, layer, before_step)], limit)[0]
-
-    def trailing_windows(
-        self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
-    ) -> list[list[float]]:
-        if not keys:
-            return []
-        with managed(self.engine, f"read trailing windows of {len(keys)} series of run {run_id}") as conn:
-            return self._trailing_windows(conn, run_id, keys, limit)
-
-    def _trailing_windows(
-        self, conn: Connection, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
-    ) -> list[list[float]]:
-        return [[v for _s, v in w] for w in self._trailing_points(conn, run_id, keys, limit)]
 
     def trailing_points(
         self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
