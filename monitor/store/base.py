@@ -34,6 +34,8 @@ class WindowReader(Protocol):
 
 
 Detector = Callable[[WindowReader], Sequence[NewAlert]]
+DetectorFor = Callable[[int, dict[str, Any] | None], Detector | None]
+"""The detector of a batch, given its run's id and its group's thresholds (None: no group)."""
 """What :meth:`Store.ingest` runs on a new batch inside its transaction (see monitor.detectors)."""
 
 
@@ -109,6 +111,19 @@ class Store(ABC):
         ``detector`` (given a reader of trailing windows) runs on a new batch inside the same
         transaction and its alerts are stored with the points: both commit, or neither does.
         """
+
+    def ingest_named(
+        self,
+        project: str,
+        run: str,
+        batch_id: str,
+        points: Sequence[Point] | PointColumns,
+        detector_for: DetectorFor | None = None,
+    ) -> IngestResult:
+        """:meth:`ingest` into the run named ``run`` in ``project`` (NotFoundError if there is none);
+        ``detector_for`` builds the detector from the run's id and its group's thresholds."""
+        run_id, thresholds = self.ingest_target(project, run)
+        return self.ingest(run_id, batch_id, points, None if detector_for is None else detector_for(run_id, thresholds))
 
     @abstractmethod
     def series(

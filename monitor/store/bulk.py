@@ -16,10 +16,12 @@ lists: psycopg's list dumper quotes element by element with a regex, which cost 
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 from sqlalchemy.engine import Connection
 
 PG_ARRAY_TYPES = frozenset({"int", "bigint", "float8", "text", "bytea"})
@@ -122,3 +124,101 @@ def read_in_ranges(
             params = (*(v for r in chunk for v in r), run_id)
         out.extend(conn.exec_driver_sql(sql, params).cursor.fetchall())  # driver rows: no Row objects
     return out
+
+
+# -- PostgreSQL binary forms built from numpy columns (no per-row Python) ---------------------------
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
+_COPY_TRAILER = struct.pack(">h", -1)
+_BINARY = {"int2": ">i2", "int4": ">i4", "int8": ">i8", "float8": ">f8"}
+
+
+def copy_binary(columns: Sequence[tuple[np.ndarray, str, np.ndarray | None]]) -> bytes:
+    """A whole ``COPY .. FROM STDIN (FORMAT BINARY)`` stream (header, rows, trailer) of numpy columns.
+
+    ``columns``: (values, PostgreSQL type of the table column, NULL mask or None) in the table's
+    column order; every column has one entry per row. Rows are laid out by numpy as one packed
+    record per row (field count, then a length and a big-endian value per field), one record type
+    per pattern of NULLs that occurs (a NULL field is a length of -1 and no data), so a 512-point
+    batch is built in ~50 us instead of ~0.5 ms of ``write_row`` calls, and the server reads binary
+    fields instead of parsing text. The rows' order in the stream is not kept across patterns.
+    """
+    n = len(columns[0][0])
+    masks = [np.zeros(n, dtype=bool) if null is None else null for _, _, null in columns]
+    pattern = np.zeros(n, dtype=np.int64)
+    for i, m in enumerate(masks):
+        pattern |= m.astype(np.int64) << i
+    parts = [_COPY_HEADER]
+    for p in np.unique(pattern).tolist():
+        rows = pattern == p
+        fields: list[tuple[str, str]] = [("n", ">i2")]
+        for i, (_, pg_type, _) in enumerate(columns):
+            fields.append((f"l{i}", ">i4"))
+            if not p >> i & 1:
+                fields.append((f"v{i}", _BINARY[pg_type]))
+        rec = np.empty(int(rows.sum()), dtype=np.dtype(fields))
+        rec["n"] = len(columns)
+        for i, (values, pg_type, _) in enumerate(columns):
+            if p >> i & 1:
+                rec[f"l{i}"] = -1
+            else:
+                rec[f"l{i}"] = np.dtype(_BINARY[pg_type]).itemsize
+                rec[f"v{i}"] = values[rows]
+        parts.append(rec.tobytes())
+    parts.append(_COPY_TRAILER)
+    return b"".join(parts)
+
+
+class PgArray:
+    """A numpy column sent as one binary PostgreSQL array parameter (``%s::int[]`` and the like).
+
+    Use the subclasses :class:`Int4Array`, :class:`Int8Array`, :class:`Float8Array`. No NULL elements:
+    a NaN double travels as NaN (``nullif(x, 'NaN')`` in SQL makes it the store's NULL). The dumpers
+    are registered on each PostgreSQL connection (:func:`register_pg_types`); psycopg's own list
+    dumper would quote element by element in Python.
+    """
+
+    __slots__ = ("values",)
+    pg_type = ""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
+    def dump(self) -> bytes:
+        """PostgreSQL's binary array: ndim 1, no NULLs, element oid, length, lower bound 1, (length, value)s."""
+        n = len(self.values)
+        rec = np.empty(n, dtype=[("len", ">i4"), ("v", _BINARY[self.pg_type])])
+        rec["len"] = rec.dtype["v"].itemsize
+        rec["v"] = self.values
+        return struct.pack(">iiiii", 1, 0, _ARRAY_OIDS[self.pg_type][1], n, 1) + rec.tobytes()
+
+
+class Int4Array(PgArray):
+    __slots__ = ()
+    pg_type = "int4"
+
+
+class Int8Array(PgArray):
+    __slots__ = ()
+    pg_type = "int8"
+
+
+class Float8Array(PgArray):
+    __slots__ = ()
+    pg_type = "float8"
+
+
+_ARRAY_OIDS = {"int4": (1007, 23), "int8": (1016, 20), "float8": (1022, 701)}  # (array oid, element oid)
+
+
+def register_pg_types(dbapi_conn: Any) -> None:
+    """Teach a psycopg connection to send :class:`PgArray` parameters in binary, with the array's oid."""
+    from psycopg.adapt import Dumper
+    from psycopg.pq import Format
+
+    for cls in (Int4Array, Int8Array, Float8Array):
+        dumper = type(
+            f"{cls.__name__}Dumper",
+            (Dumper,),
+            {"format": Format.BINARY, "oid": _ARRAY_OIDS[cls.pg_type][0], "dump": lambda self, obj: obj.dump()},
+        )
+        dbapi_conn.adapters.register_dumper(cls, dumper)

@@ -27,6 +27,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from hyperwatch.monitor.core.errors import InvalidInputError, MonitorError, StoreBusyError, StoreUnavailableError
+from hyperwatch.monitor.store.bulk import register_pg_types
 
 log = logging.getLogger(__name__)
 BUSY_TIMEOUT_MS = 30_000
@@ -48,7 +49,9 @@ def make_engine(url: str, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Engine:
         event.listen(engine, "connect", functools.partial(_sqlite_pragmas, busy_timeout_ms=busy_timeout_ms))
         event.listen(engine, "begin", _sqlite_begin)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=8)
+    engine = create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=8)
+    event.listen(engine, "connect", lambda dbapi_conn, _record: register_pg_types(dbapi_conn))
+    return engine
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:

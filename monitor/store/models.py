@@ -152,6 +152,9 @@ class RunRow(Base):
     unavailable: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # migration 0002; None = {}
     last_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     last_point_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # raised by every stored batch (migration 0006): a service's cached series steps are current
+    # while the row holds the number it committed (monitor.store.ingest)
+    ingest_seq: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 

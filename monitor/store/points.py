@@ -6,48 +6,62 @@ Semantics (also stated in the API docs):
   tokens: **last write wins** (a re-sent step is a correction, e.g. a replayed spool after a crash);
 - within one batch the last occurrence of a key wins.
 
-One batch is one transaction and costs a fixed handful of statements whatever its size: the batch
-id, the latest step of its series (locked), the points (COPY of new steps, one set-based upsert for
-the rest), the chunks it seals (usually none: see :mod:`monitor.store.compact`), the latest value
-of each series, the rollup blocks the batch seals (usually none: see :mod:`monitor.store.rollups`;
-no row is rewritten by appending steps) and the run's progress.
+One batch is one transaction and costs a fixed handful of statements whatever its size (see
+:mod:`monitor.store.ingest` for the transaction): the run's row (locked, its progress recorded), the
+batch id, the points (binary COPY of new steps, one set-based upsert for the rest), the chunks it
+seals (usually none: see :mod:`monitor.store.compact`), the latest value of each series, the rollup
+blocks the batch seals (usually none: see :mod:`monitor.store.rollups`; no row is rewritten by
+appending steps).
+
+The batch is handled as numpy columns from the body to the driver (:class:`SortedBatch`): no
+Python object per point on the common path (issue 16).
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import case, select, update
+from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from hyperwatch.hooks.columns import NULL_INT, PointColumns
 from hyperwatch.hooks.schema import Point
-from hyperwatch.monitor.store.bulk import bulk_write, pg_array
-from hyperwatch.monitor.store.compact import Known, boundary, compacts, store_sealed
-from hyperwatch.monitor.store.models import RUN_LEVEL_LAYER, IngestedBatchRow, RunRow
-from hyperwatch.monitor.store.rollups import PointRow, SeriesKey, seal_rollups
+from hyperwatch.monitor.store.bulk import Float8Array, Int4Array, Int8Array, bulk_write, copy_binary
+from hyperwatch.monitor.store.compact import CHUNK_STEPS, Known, compacts, store_sealed
+from hyperwatch.monitor.store.models import ROLLUP_LEVELS, RUN_LEVEL_LAYER, IngestedBatchRow
+from hyperwatch.monitor.store.rollups import PointRow, seal_rollups
 
 _POINT_COLUMNS = ("run_id", "name_id", "layer", "step", "tokens", "value")
 _POINT_TYPES = ("int", "int", "int", "bigint", "bigint", "float8")
 _POINT_KEY = ("run_id", "name_id", "layer", "step")
 _POINT_SET = "tokens = excluded.tokens, value = excluded.value"
+_INSERT_POINTS_SQLITE = f"INSERT INTO metric_points ({', '.join(_POINT_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)"
 _LATEST_COLUMNS = ("run_id", "name_id", "layer", "step", "value")
 _LATEST_TYPES = ("int", "int", "int", "bigint", "float8")
-# every series of a batch has its row by now (locked by _lock_latest): a plain UPDATE, ~0.6 ms cheaper
-# on PostgreSQL than the upsert's conflict probe for 512 rows (issue 16)
+_LATEST_KEY = ("run_id", "name_id", "layer")
+_LATEST_SET = "step = excluded.step, value = excluded.value"
+_LATEST_WHERE = "excluded.step >= series_latest.step"
+# series that already have their row: a plain UPDATE from binary arrays (~0.6 ms cheaper on PostgreSQL
+# than the upsert's conflict probe for 512 rows; NaN travels as NaN and is stored as NULL)
 _UPDATE_LATEST_PG = (
-    "UPDATE series_latest AS t SET step = u.step, value = u.value "
+    "UPDATE series_latest AS t SET step = u.step, value = nullif(u.value, 'NaN') "
     "FROM unnest(%s::int[], %s::int[], %s::bigint[], %s::float8[]) AS u(name_id, layer, step, value) "
     "WHERE t.run_id = %s AND t.name_id = u.name_id AND t.layer = u.layer AND u.step >= t.step"
 )
-_COPY_POINTS = f"COPY metric_points ({', '.join(_POINT_COLUMNS)}) FROM STDIN"
-_IN_CHUNK = 500  # keys per existence query (SQLite binds at most 32,766 parameters)
+_COPY_POINTS = f"COPY metric_points ({', '.join(_POINT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+_CLAIM = {
+    dialect: (
+        f"INSERT INTO ingested_batches (batch_id, run_id, n_points, received_at) VALUES ({m}, {m}, {m}, {m}) "
+        "ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id"
+    )
+    for dialect, m in (("postgresql", "%s"), ("sqlite", "?"))
+}
 
 
 def now_utc() -> datetime:
@@ -97,168 +111,214 @@ def claim_batch(conn: Connection, run_id: int, batch_id: str, n_points: int) -> 
     the first one to commit (then reads as a duplicate) or roll back (then claims it), so a batch id
     is never stored twice and never answered with a database error.
     """
-    ins = dialect_insert(conn, IngestedBatchRow.__table__).values(
-        batch_id=batch_id, run_id=run_id, n_points=n_points, received_at=now_utc()
-    )
-    ins = ins.on_conflict_do_nothing(index_elements=["batch_id"]).returning(IngestedBatchRow.batch_id)
-    if conn.execute(ins).first() is not None:
+    now: Any = now_utc()
+    if conn.dialect.name != "postgresql":
+        now = now.replace(tzinfo=None).isoformat(" ")  # as SQLAlchemy's DateTime stores it on SQLite
+    if conn.exec_driver_sql(_CLAIM[conn.dialect.name], (batch_id, run_id, n_points, now)).cursor.fetchone():
         return None
     return batch_seen(conn, batch_id)
 
 
+@dataclass(frozen=True, eq=False)
+class SortedBatch:
+    """A batch's points as the store writes them: one row per distinct key (the last occurrence of a key
+    wins), sorted by (name_id, layer, step), and cut into series.
+
+    Row columns: ``ids`` (name id), ``layer`` (-1 = run level), ``step``, ``tokens`` (NULL_INT = none),
+    ``value`` (NaN kept). Series ``i`` is rows ``starts[i]:ends[i]``; ``codes[i]`` is its key as
+    one integer (:func:`series_code`).
+    """
+
+    ids: np.ndarray
+    layer: np.ndarray
+    step: np.ndarray
+    tokens: np.ndarray
+    value: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def of(cls, points: Sequence[Point] | PointColumns, name_ids: dict[str, int]) -> SortedBatch:
+        """One stable sort by key (equal keys keep their arrival order, so the last of each run of equal
+        keys is the last occurrence), then the distinct keys."""
+        cols = PointColumns.of(points)
+        ids = np.array([name_ids[n] for n in cols.names], dtype=np.int64)[cols.name_index]
+        layer = np.where(cols.layer == NULL_INT, RUN_LEVEL_LAYER, cols.layer)
+        step = cols.step
+        order = np.lexsort((step, layer, ids))
+        ids, layer, step = ids[order], layer[order], step[order]
+        last = np.ones(len(order), dtype=bool)
+        last[:-1] = (ids[1:] != ids[:-1]) | (layer[1:] != layer[:-1]) | (step[1:] != step[:-1])
+        keep = order[last]
+        ids, layer, step = ids[last], layer[last], step[last]
+        new = np.ones(len(ids), dtype=bool)
+        new[1:] = (ids[1:] != ids[:-1]) | (layer[1:] != layer[:-1])
+        starts = np.flatnonzero(new)
+        ends = np.append(starts[1:], len(ids))
+        return cls(ids, layer, step, cols.tokens[keep], cols.value[keep], starts, ends)
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    @property
+    def codes(self) -> np.ndarray:
+        return series_code(self.ids[self.starts], self.layer[self.starts])
+
+    def per_row(self, per_series: np.ndarray) -> np.ndarray:
+        """A value per series spread over the series' rows."""
+        return np.repeat(per_series, self.ends - self.starts)
+
+    def rows(self, mask: Any = None) -> list[PointRow]:
+        """(name_id, layer, step, tokens, sql value) tuples of the rows (all, or ``mask``'s): the row form."""
+        sel = slice(None) if mask is None else mask
+        tokens: list[Any] = self.tokens[sel].tolist()
+        if NULL_INT in tokens:
+            tokens = [None if t == NULL_INT else t for t in tokens]
+        value = self.value[sel]
+        values: list[Any] = value.tolist()
+        for i in np.flatnonzero(np.isnan(value)).tolist():
+            values[i] = None  # NaN is stored as NULL (see models.py)
+        return list(zip(self.ids[sel].tolist(), self.layer[sel].tolist(), self.step[sel].tolist(), tokens, values))
+
+
+def series_code(name_id: Any, layer: Any) -> Any:
+    """One integer per series key (name_id, layer): layers run from -1 to MAX_LAYER (< 2^20 - 1)."""
+    return (name_id << 20) | (layer + 1)
+
+
 def point_rows(points: Sequence[Point] | PointColumns, name_ids: dict[str, int]) -> list[PointRow]:
-    """(name_id, layer, step, tokens, sql value) per distinct key, the last occurrence winning, key-sorted.
-
-    On the batch's columns: one stable sort by key (equal keys keep their arrival order, so the last
-    of each run of equal keys is the last occurrence), then plain tuples for the driver.
-    """
+    """(name_id, layer, step, tokens, sql value) per distinct key, the last occurrence winning, key-sorted."""
     cols = PointColumns.of(points)
-    if not len(cols):
-        return []
-    ids = np.array([name_ids[n] for n in cols.names], dtype=np.int64)[cols.name_index]
-    layer = np.where(cols.layer == NULL_INT, RUN_LEVEL_LAYER, cols.layer)
-    step = cols.step
-    order = np.lexsort((step, layer, ids))
-    ids, layer, step = ids[order], layer[order], step[order]
-    last = np.ones(len(order), dtype=bool)
-    last[:-1] = (ids[1:] != ids[:-1]) | (layer[1:] != layer[:-1]) | (step[1:] != step[:-1])
-    keep = order[last]
-    tokens: list[Any] = cols.tokens[keep].tolist()
-    if NULL_INT in tokens:
-        tokens = [None if t == NULL_INT else t for t in tokens]
-    value = cols.value[keep]
-    values: list[Any] = value.tolist()
-    for i in np.flatnonzero(np.isnan(value)).tolist():
-        values[i] = None  # NaN is stored as NULL (see models.py)
-    return list(zip(ids[last].tolist(), layer[last].tolist(), step[last].tolist(), tokens, values))
+    return SortedBatch.of(cols, name_ids).rows() if len(cols) else []
 
 
-def write_points(
-    conn: Connection, run_id: int, points: Sequence[Point] | PointColumns, name_ids: dict[str, int]
-) -> int:
-    """Store the points of a claimed batch with their latest values, sealed chunks and rollups, the run's progress.
+def write_points(conn: Connection, run_id: int, batch: SortedBatch, before: np.ndarray) -> tuple[int, np.ndarray]:
+    """Store a claimed batch's points with their latest values, sealed chunks and rollups.
 
-    Returns how many hot rows were moved into chunks (deleted from ``metric_points``: see :mod:`.hot`).
+    ``before``: each series' latest stored step (-1: none), read under the run's lock (see
+    :mod:`monitor.store.ingest`). Returns how many hot rows were moved into chunks (deleted from
+    ``metric_points``: see :mod:`.hot`) and each series' latest step after the batch.
     """
-    if not points:  # a PointColumns is falsy when empty, like a list
-        return 0
-    rows = point_rows(points, name_ids)
-    before = _lock_latest(conn, run_id, sorted({(r[0], r[1]) for r in rows}))
-    steps: dict[SeriesKey, list[int]] = defaultdict(list)
-    for r in rows:
-        steps[(r[0], r[1])].append(r[2])
-    after = {k: max(v[-1], before[k]) for k, v in steps.items()}  # rows are key-sorted: v[-1] is the max
+    last = batch.step[batch.ends - 1]  # rows are key-sorted: a series' last row is its latest step
+    after = np.maximum(last, before)
+    fresh = batch.step > batch.per_row(before)  # no such key stored yet
     known: Known = {}
     moved = 0
     if compacts(conn):
-        edge = {k: boundary(v) for k, v in after.items()}
-        hot = [r for r in rows if r[2] >= edge[(r[0], r[1])]]
-        cold = [r for r in rows if r[2] < edge[(r[0], r[1])]] if len(hot) < len(rows) else []
-        _insert_points(conn, run_id, hot, before)
+        edge_before = (before + 1) // CHUNK_STEPS * CHUNK_STEPS
+        edge_after = (after + 1) // CHUNK_STEPS * CHUNK_STEPS
+        hot = batch.step >= batch.per_row(edge_after)
         # most batches seal no chunk and write none: only the series that do go further
-        touched = {k for k, e in edge.items() if e > boundary(before[k])} | {(r[0], r[1]) for r in cold}
-        if touched:
-            known, moved = store_sealed(conn, run_id, cold, before, {k: after[k] for k in touched})
+        touched = (edge_after > edge_before) | (np.add.reduceat(~hot, batch.starts) > 0)
+        _insert_points(conn, run_id, batch, hot & fresh, hot & ~fresh)
+        if touched.any():
+            keys = list(zip(batch.ids[batch.starts][touched].tolist(), batch.layer[batch.starts][touched].tolist()))
+            known, moved = store_sealed(
+                conn,
+                run_id,
+                batch.rows(~hot),
+                dict(zip(keys, before[touched].tolist())),
+                dict(zip(keys, after[touched].tolist())),
+            )
     else:
-        _insert_points(conn, run_id, rows, before)
-    # rows are key-sorted: the last row of a series is its latest
-    latest = {(r[0], r[1]): (run_id, r[0], r[1], r[2], r[4]) for r in rows}
-    _write_latest(conn, list(latest.values()))
-    seal_rollups(conn, run_id, {k: (None if v < 0 else v) for k, v in before.items()}, after, steps, known)
-    max_step = max(r[2] for r in rows)
-    conn.execute(
-        update(RunRow)
-        .where(RunRow.id == run_id)
-        .values(
-            last_point_at=now_utc(),
-            last_step=case(
-                (RunRow.last_step.is_(None), max_step),
-                (RunRow.last_step < max_step, max_step),
-                else_=RunRow.last_step,
-            ),
-        )
-    )
-    return moved
+        _insert_points(conn, run_id, batch, fresh, ~fresh)
+    _write_latest(conn, run_id, batch, before, last >= before)
+    _seal_rollups(conn, run_id, batch, before, after, known)
+    return moved, after
 
 
-def _write_latest(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
-    """The latest (step, value) of each series of the batch, unless a later step is already stored."""
-    if conn.dialect.name == "postgresql":
-        _, *cols = zip(*rows, strict=True)  # one run per batch: its id is a scalar parameter
-        arrays = [pg_array(c, t) for c, t in zip(cols, _LATEST_TYPES[1:], strict=True)]
-        conn.exec_driver_sql(_UPDATE_LATEST_PG, (*arrays, rows[0][0]))
+def _seal_rollups(
+    conn: Connection, run_id: int, batch: SortedBatch, before: np.ndarray, after: np.ndarray, known: Known
+) -> None:
+    """:func:`rollups.seal_rollups` for the series that may seal or invalidate a block: those new to the
+    store, whose latest step crossed a level-1 block edge, or with a step below their sealed blocks'
+    end (the others need nothing at any level: the widths nest). Usually none, or all at once."""
+    first_width = ROLLUP_LEVELS[1]
+    edge = (before + 1) // first_width
+    first = batch.step[batch.starts]
+    busy = np.flatnonzero((before < 0) | ((after + 1) // first_width != edge) | (first < edge * first_width))
+    if not len(busy):
         return
-    bulk_write(
+    ids, layers = batch.ids[batch.starts].tolist(), batch.layer[batch.starts].tolist()
+    steps = batch.step.tolist()
+    starts, ends = batch.starts.tolist(), batch.ends.tolist()
+    b_list, a_list = before.tolist(), after.tolist()
+    keys = {int(i): (ids[i], layers[i]) for i in busy.tolist()}
+    seal_rollups(
         conn,
-        "series_latest",
-        _LATEST_COLUMNS,
-        _LATEST_TYPES,
-        rows,
-        ("run_id", "name_id", "layer"),
-        "step = excluded.step, value = excluded.value",
-        "excluded.step >= series_latest.step",
+        run_id,
+        {k: (None if b_list[i] < 0 else b_list[i]) for i, k in keys.items()},
+        {k: a_list[i] for i, k in keys.items()},
+        {k: steps[starts[i] : ends[i]] for i, k in keys.items()},
+        known,
     )
 
 
-def _insert_points(conn: Connection, run_id: int, rows: list[PointRow], before: dict[SeriesKey, int]) -> None:
-    """Store ``rows``, last write wins. On PostgreSQL, steps past a locked series' latest go by COPY.
-
-    Those keys cannot exist yet (no step beyond the latest is stored) and cannot be written by anyone
-    else before commit (the series' ``series_latest`` row is locked by :func:`_lock_latest`), so a
-    plain COPY, the database's fastest load, is exact for them; every other key (a new series, a
-    re-sent or late step) takes the upsert. SQLite's prepared upsert stepped in-process is already
-    within reach of its plain insert.
-    """
-    if not rows:
+def _write_latest(conn: Connection, run_id: int, batch: SortedBatch, before: np.ndarray, newer: np.ndarray) -> None:
+    """The latest (step, value) of each series whose latest step the batch reaches (``newer``): a new
+    series gets its row, an existing one is updated (unless a later step is already stored)."""
+    lasts = batch.ends - 1
+    if conn.dialect.name == "postgresql":
+        upd = newer & (before >= 0)
+        if upd.any():
+            rows = lasts[upd]
+            params = (
+                Int4Array(batch.ids[rows]),
+                Int4Array(batch.layer[rows]),
+                Int8Array(batch.step[rows]),
+                Float8Array(batch.value[rows]),
+                run_id,
+            )
+            conn.exec_driver_sql(_UPDATE_LATEST_PG, params)
+        newer = newer & (before < 0)
+    if not newer.any():
         return
-    if conn.dialect.name != "postgresql":
-        full = [(run_id, *r) for r in rows]
-        bulk_write(conn, "metric_points", _POINT_COLUMNS, _POINT_TYPES, full, _POINT_KEY, _POINT_SET)
-        return
-    fresh: list[tuple[Any, ...]] = []
-    other: list[tuple[Any, ...]] = []
-    for r in rows:
-        (fresh if r[2] > before[(r[0], r[1])] else other).append((run_id, *r))
-    if fresh:
-        raw = conn.connection.dbapi_connection
-        assert raw is not None
-        with raw.cursor() as cur, cur.copy(_COPY_POINTS) as copy:  # type: ignore[attr-defined]
-            for row in fresh:
-                copy.write_row(row)
-    bulk_write(conn, "metric_points", _POINT_COLUMNS, _POINT_TYPES, other, _POINT_KEY, _POINT_SET)
+    rows = lasts[newer]
+    values: list[Any] = batch.value[rows].tolist()
+    latest = [
+        (run_id, n, la, s, None if v != v else v)  # NaN -> NULL
+        for n, la, s, v in zip(batch.ids[rows].tolist(), batch.layer[rows].tolist(), batch.step[rows].tolist(), values)
+    ]
+    bulk_write(conn, "series_latest", _LATEST_COLUMNS, _LATEST_TYPES, latest, _LATEST_KEY, _LATEST_SET, _LATEST_WHERE)
 
 
-def _lock_latest(conn: Connection, run_id: int, keys: list[SeriesKey]) -> dict[SeriesKey, int]:
-    """The latest stored step of every series in ``keys`` (-1: none yet), their rows locked to commit.
+def _insert_points(conn: Connection, run_id: int, batch: SortedBatch, fresh: np.ndarray, other: np.ndarray) -> None:
+    """Store the rows of ``fresh`` (keys not stored yet) and ``other`` (may exist: last write wins).
 
-    PostgreSQL: ``FOR UPDATE`` in key order, so the writers of one series take turns from here on and
-    each sees the points, chunks and rollups of the one before (see :mod:`monitor.store.rollups`).
-    A series without a row yet gets one (step -1, replaced before commit) so that it is locked
-    too: two first writers of a series then also take turns (the second waits for the first's
-    insert to commit) instead of both compacting the same chunks. SQLite: one writer at a time
-    already (BEGIN IMMEDIATE).
+    Fresh keys are steps past their series' latest, and the run's row is locked (see
+    :mod:`monitor.store.ingest`): no one else can write them before commit, so a plain insert is
+    exact for them. PostgreSQL loads them by binary COPY, the database's fastest load, built from
+    the columns in one piece; SQLite steps one prepared INSERT over them in-process. Every other
+    key (a re-sent or late step) takes the upsert.
     """
-    name_ids = sorted({k[0] for k in keys})
-    out = _select_latest(conn, run_id, name_ids)
-    missing = [k for k in keys if k not in out]
-    if missing:
-        rows = [(run_id, n, la, -1, None) for n, la in missing]
-        bulk_write(conn, "series_latest", _LATEST_COLUMNS, _LATEST_TYPES, rows, ("run_id", "name_id", "layer"), "")
-        out = _select_latest(conn, run_id, name_ids)
-    return out
+    if conn.dialect.name == "postgresql":
+        if fresh.any():
+            value = batch.value[fresh]
+            tokens = batch.tokens[fresh]
+            n = len(value)
+            stream = copy_binary(
+                [
+                    (np.full(n, run_id), "int4", None),
+                    (batch.ids[fresh], "int2", None),
+                    (batch.layer[fresh], "int2", None),
+                    (batch.step[fresh], "int8", None),
+                    (tokens, "int8", tokens == NULL_INT),
+                    (value, "float8", np.isnan(value)),
+                ]
+            )
+            raw = conn.connection.dbapi_connection
+            assert raw is not None
+            with raw.cursor() as cur, cur.copy(_COPY_POINTS) as copy:  # type: ignore[attr-defined]
+                copy.write(stream)
+    elif fresh.any():
+        conn.exec_driver_sql(_INSERT_POINTS_SQLITE, [(run_id, *r) for r in batch.rows(fresh)])
+    if other.any():
+        rows = [(run_id, *r) for r in batch.rows(other)]
+        bulk_write(conn, "metric_points", _POINT_COLUMNS, _POINT_TYPES, rows, _POINT_KEY, _POINT_SET)
 
 
-def _select_latest(conn: Connection, run_id: int, name_ids: list[int]) -> dict[SeriesKey, int]:
-    lock = " ORDER BY name_id, layer FOR UPDATE" if conn.dialect.name == "postgresql" else ""
+def latest_steps(conn: Connection, run_id: int) -> dict[int, int]:
+    """Every series of the run: its code (:func:`series_code`) -> its latest stored step."""
     mark = "%s" if conn.dialect.name == "postgresql" else "?"
-    out: dict[SeriesKey, int] = {}
-    for i in range(0, len(name_ids), _IN_CHUNK):
-        chunk = name_ids[i : i + _IN_CHUNK]
-        sql = (
-            f"SELECT name_id, layer, step FROM series_latest WHERE run_id = {mark} "
-            f"AND name_id IN ({', '.join(mark for _ in chunk)}){lock}"
-        )
-        # the driver's rows straight from its cursor: no per-row Row objects for 512+ rows per batch
-        found = conn.exec_driver_sql(sql, (run_id, *chunk)).cursor.fetchall()
-        out.update(((n, la), s) for n, la, s in found)
-    return out
+    found = conn.exec_driver_sql(f"SELECT name_id, layer, step FROM series_latest WHERE run_id = {mark}", (run_id,))
+    return {series_code(n, la): s for n, la, s in found.cursor.fetchall()}

@@ -22,6 +22,7 @@ from hyperwatch.monitor.store.entities import (
     Run,
 )
 from hyperwatch.monitor.store.hot import HotVacuum
+from hyperwatch.monitor.store.ingest import LatestSteps
 from hyperwatch.monitor.store.models import (
     GroupRow,
     MetricNameRow,
@@ -63,6 +64,7 @@ class SqlStore(SeriesMixin, Store):
             self.engine = url_or_engine
         self._name_ids: dict[str, int] = {}
         self.hot_vacuum = HotVacuum(self.engine)
+        self.latest_steps = LatestSteps()
 
     # -- health ----------------------------------------------------------------------------------
     def ping(self) -> None:

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection, Engine
 from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import downsample as ds
-from hyperwatch.monitor.store.base import Detector
+from hyperwatch.monitor.store.base import Detector, DetectorFor
 from hyperwatch.monitor.store.engine import managed, retry_busy
 from hyperwatch.monitor.store.entities import (
     ACTIVE_STATUS,
@@ -27,8 +27,10 @@ from hyperwatch.monitor.store.entities import (
     SeriesPoint,
 )
 from hyperwatch.monitor.store.hot import HotVacuum
+from hyperwatch.monitor.store.ingest import Duplicate, LatestSteps, lock_run, store_points
 from hyperwatch.monitor.store.models import AlertEventRow, MetricNameRow, ProjectRow, RunRow, SeriesLatestRow
 from hyperwatch.monitor.store.points import (
+    SortedBatch,
     api_layer,
     as_utc,
     claim_batch,
@@ -37,7 +39,6 @@ from hyperwatch.monitor.store.points import (
     now_utc,
     sql_layer,
     to_sql_value,
-    write_points,
 )
 from hyperwatch.monitor.store.trailing import trailing_points
 
@@ -65,6 +66,7 @@ class SeriesMixin:
 
     engine: Engine
     hot_vacuum: HotVacuum
+    latest_steps: LatestSteps
 
     if TYPE_CHECKING:  # provided by SqlStore
 
@@ -73,24 +75,57 @@ class SeriesMixin:
         def _get_run(self, conn: Connection, run_id: int) -> Run: ...
 
     # -- points ----------------------------------------------------------------------------------
-    @retry_busy
     def ingest(
         self, run_id: int, batch_id: str, points: Sequence[Point] | PointColumns, detector: Detector | None = None
     ) -> IngestResult:
-        with managed(self.engine, f"store batch {batch_id} of run {run_id}", write=True) as conn:
-            seen = claim_batch(conn, run_id, batch_id, len(points))
-            if seen is not None:
-                return IngestResult(run_id=run_id, accepted=seen, duplicate=True)
-            columns = PointColumns.of(points)
-            name_ids = {n: self._name_id(conn, n) for n in columns.names}
-            moved = write_points(conn, run_id, columns, name_ids)  # type: ignore[arg-type]
-            alerts: list[NewAlert] = []
-            if detector is not None:
-                # same transaction: the batch and its alerts commit together or not at all (a retried
-                # batch is then either a duplicate with its alerts stored, or new and detected again)
-                alerts = self._insert_alerts(conn, run_id, detector(_ConnWindows(self, conn)))
+        return self._ingest(run_id, f"run {run_id}", batch_id, points, lambda _r, _t: detector)
+
+    def ingest_named(
+        self,
+        project: str,
+        run: str,
+        batch_id: str,
+        points: Sequence[Point] | PointColumns,
+        detector_for: DetectorFor | None = None,
+    ) -> IngestResult:
+        return self._ingest((project, run), f"run {project}/{run}", batch_id, points, detector_for)
+
+    @retry_busy
+    def _ingest(
+        self,
+        run: int | tuple[str, str],
+        what: str,
+        batch_id: str,
+        points: Sequence[Point] | PointColumns,
+        detector_for: DetectorFor | None,
+    ) -> IngestResult:
+        """One transaction (:mod:`monitor.store.ingest`): the run's row locked, the batch id claimed, the
+        points written, the alerts stored. A duplicate batch id rolls back and changes nothing."""
+        columns = PointColumns.of(points)
+        top = int(columns.step.max()) if len(columns) else None
+        moved, committed = 0, None
+        try:
+            with managed(self.engine, f"store batch {batch_id} of {what}", write=True) as conn:
+                run_id, seq, thresholds = lock_run(conn, run, top)
+                seen = claim_batch(conn, run_id, batch_id, len(columns))
+                if seen is not None:
+                    raise Duplicate(run_id, seen)
+                alerts: list[NewAlert] = []
+                if len(columns):
+                    name_ids = {n: self._name_id(conn, n) for n in columns.names}
+                    batch = SortedBatch.of(columns, name_ids)  # type: ignore[arg-type]
+                    moved, committed = store_points(conn, self.latest_steps, run_id, seq, batch)
+                detector = None if detector_for is None else detector_for(run_id, thresholds)
+                if detector is not None:
+                    # same transaction: the batch and its alerts commit together or not at all (a retried
+                    # batch is then either a duplicate with its alerts stored, or new and detected again)
+                    alerts = self._insert_alerts(conn, run_id, detector(_ConnWindows(self, conn)))
+        except Duplicate as dup:
+            return IngestResult(run_id=dup.run_id, accepted=dup.accepted, duplicate=True)
+        if committed is not None:
+            committed()
         self.hot_vacuum.moved(moved)  # committed: the rows it deleted can be vacuumed
-        return IngestResult(run_id=run_id, accepted=len(points), duplicate=False, alerts=tuple(alerts))
+        return IngestResult(run_id=run_id, accepted=len(columns), duplicate=False, alerts=tuple(alerts))
 
     def _series_params(self, conn: Connection, run_id: int, name: str, layer: int | None) -> dict[str, Any] | None:
         self._get_run(conn, run_id)

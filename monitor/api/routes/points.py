@@ -91,11 +91,15 @@ async def ingest(
 
 
 def _store_batch(store: Store, project: str, batch: ParsedBatch) -> tuple[int, IngestResult]:
-    run_id, thresholds = store.ingest_target(project, batch.run)
     points = batch.points
-    # the detectors run inside the batch's transaction: points and alerts commit together, so a
-    # batch retried after a lost race or a crash is never stored without its alerts (issue 14)
-    result = store.ingest(
-        run_id, batch.batch_id, points, detector=lambda reader: detect(reader, run_id, points, thresholds)
+    # one transaction finds the run and stores the batch; the detectors run inside it: points and
+    # alerts commit together, so a batch retried after a lost race or a crash is never stored
+    # without its alerts (issue 14)
+    result = store.ingest_named(
+        project,
+        batch.run,
+        batch.batch_id,
+        points,
+        detector_for=lambda run_id, thresholds: lambda reader: detect(reader, run_id, points, thresholds),
     )
-    return run_id, result
+    return result.run_id, result

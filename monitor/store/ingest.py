@@ -1,0 +1,167 @@
+"""One batch, one transaction: the run's row first, then the points (see :mod:`monitor.store.points`).
+
+The statements, in order:
+
+1. ``UPDATE runs .. RETURNING``: finds the run (by id, or by project and name: one statement
+   instead of a read transaction of its own), **locks its row** to commit, records the run's
+   progress (``last_step``, ``last_point_at``) and raises its ``ingest_seq`` (migration 0006); it
+   also returns the run's group thresholds for the detectors.
+2. The batch id (:func:`points.claim_batch`); a duplicate rolls the whole transaction back, so a
+   re-sent batch changes nothing, not even the run's progress.
+3. The points and everything they imply (:func:`points.write_points`), then the detectors' alerts.
+
+Why the run's row is the lock: every writer of a run takes it first, so the writers of one run run
+one after the other from their first statement on (on SQLite every writer already does: BEGIN
+IMMEDIATE), and each sees all the points, chunks and rollups of the one before (READ COMMITTED reads
+after the lock; see :mod:`monitor.store.rollups`). Two writers of one run never ran side by side
+before either: both updated this row at the end. One lock per batch replaces a ``FOR UPDATE`` of
+each series' ``series_latest`` row (512 row locks, each one written to the WAL).
+
+What the lock buys: the latest step of each series, which decides where every point goes (new
+step: COPY; re-sent or late step: upsert; sealed chunks and rollup blocks), changes only under it.
+:class:`LatestSteps` keeps it per run in the service's memory as of the ``ingest_seq`` this process
+last committed; when the locked row still holds that number, no other writer (another service
+process, another host) stored a point of the run since, and ``series_latest`` need not be read.
+Otherwise it is read again, whole, under the lock. So the cache is exact, never merely likely.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from sqlalchemy import BigInteger, bindparam, case, select, update
+from sqlalchemy.engine import Connection
+
+from hyperwatch.monitor.core.errors import NotFoundError
+from hyperwatch.monitor.store import repair
+from hyperwatch.monitor.store.models import GroupRow, ProjectRow, RunRow
+from hyperwatch.monitor.store.points import SortedBatch, latest_steps, now_utc, write_points
+
+MAX_CACHED_RUNS = 256
+
+
+class Duplicate(Exception):
+    """The batch id was stored before: raised inside the transaction so that it rolls back."""
+
+    def __init__(self, run_id: int, accepted: int) -> None:
+        super().__init__(f"batch already stored for run {run_id}")
+        self.run_id, self.accepted = run_id, accepted
+
+
+class LatestSteps:
+    """Per run: each series' latest stored step (by :func:`points.series_code`), as of an ``ingest_seq``.
+
+    Thread-safe; keeps the ``MAX_CACHED_RUNS`` runs written most recently. An entry is replaced only
+    by one of a higher ``ingest_seq`` (two writers of one run may finish in either order).
+    """
+
+    def __init__(self, max_runs: int = MAX_CACHED_RUNS) -> None:
+        self._runs: OrderedDict[int, tuple[int, dict[int, int]]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._max = max_runs
+        self.hits = self.misses = 0  # for the tests and the benchmark
+
+    def get(self, run_id: int, seq: int) -> dict[int, int] | None:
+        """The steps as of ``seq`` (not to be changed: :meth:`put` a new dict), or None."""
+        with self._lock:
+            found = self._runs.get(run_id)
+            if found is None or found[0] != seq:
+                self.misses += 1
+                return None
+            self._runs.move_to_end(run_id)
+            self.hits += 1
+            return found[1]
+
+    def put(self, run_id: int, seq: int, steps: dict[int, int]) -> None:
+        with self._lock:
+            found = self._runs.get(run_id)
+            if found is not None and found[0] >= seq:
+                return
+            self._runs[run_id] = (seq, steps)
+            self._runs.move_to_end(run_id)
+            while len(self._runs) > self._max:
+                self._runs.popitem(last=False)
+
+
+def _lock_statement(by_name: bool, has_points: bool) -> Any:
+    other = RunRow.__table__.alias("target")
+    target: Any
+    if by_name:
+        target = (
+            select(other.c.id)
+            .join(ProjectRow, ProjectRow.id == other.c.project_id)
+            .where(ProjectRow.name == bindparam("b_project"), other.c.name == bindparam("b_name"))
+            .scalar_subquery()
+        )
+    else:
+        target = bindparam("b_run_id")
+    values: dict[str, Any] = {"ingest_seq": RunRow.ingest_seq + 1}
+    if has_points:
+        top = bindparam("b_max_step", type_=BigInteger)
+        last = RunRow.last_step
+        values["last_step"] = case((last.is_(None), top), (last < top, top), else_=last)
+        values["last_point_at"] = bindparam("b_now")
+    thresholds = select(GroupRow.thresholds).where(GroupRow.id == RunRow.group_id).scalar_subquery()
+    return (
+        update(RunRow)
+        .where(RunRow.id == target)
+        .values(**values)
+        .returning(RunRow.id, RunRow.ingest_seq, RunRow.group_id, thresholds)
+    )
+
+
+# built once: SQLAlchemy then serves each from its compiled cache
+_LOCK = {(n, p): _lock_statement(n, p) for n in (False, True) for p in (False, True)}
+
+
+def lock_run(
+    conn: Connection, run: int | tuple[str, str], max_step: int | None
+) -> tuple[int, int, dict[str, Any] | None]:
+    """Lock the run's row, record its progress; (run id, its new ingest_seq, its group's thresholds).
+
+    ``run``: an id, or (project, name). ``max_step``: the batch's highest step (None: no points).
+    """
+    params: dict[str, Any] = {"b_project": run[0], "b_name": run[1]} if isinstance(run, tuple) else {"b_run_id": run}
+    if max_step is not None:
+        params.update(b_max_step=max_step, b_now=now_utc())
+    row = conn.execute(_LOCK[(isinstance(run, tuple), max_step is not None)], params).first()
+    if row is None:
+        if isinstance(run, tuple):
+            project, name = run
+            raise NotFoundError(
+                f"run {name!r} not found in project {project!r}; create it first with "
+                f'POST /api/v1/runs {{"name": "{name}", "project": "{project}"}}'
+            )
+        raise NotFoundError(f"run id {run} not found; list runs with GET /api/v1/runs")
+    run_id, seq, group_id, thresholds = row
+    if group_id is None:
+        return int(run_id), int(seq), None
+    return int(run_id), int(seq), repair.thresholds(thresholds, f"group id {group_id} thresholds")
+
+
+def store_points(
+    conn: Connection,
+    cache: LatestSteps,
+    run_id: int,
+    seq: int,
+    batch: SortedBatch,
+) -> tuple[int, Callable[[], None]]:
+    """Write a claimed, non-empty batch of a locked run; (hot rows moved, what to do once it commits).
+
+    The series' latest steps come from ``cache`` when it holds the run as of ``seq - 1`` (the number
+    before this batch raised it), else from ``series_latest``; the returned callable records the
+    steps after the batch in ``cache`` as of ``seq`` (call it only after the commit).
+    """
+    known = cache.get(run_id, seq - 1)
+    if known is None:
+        known = latest_steps(conn, run_id)
+    codes = batch.codes.tolist()
+    before = np.array([known.get(c, -1) for c in codes], dtype=np.int64)
+    moved, after = write_points(conn, run_id, batch, before)
+    steps = dict(known)
+    steps.update(zip(codes, after.tolist()))
+    return moved, lambda: cache.put(run_id, seq, steps)
