@@ -192,6 +192,11 @@ class PgArray:
         return struct.pack(">iiiii", 1, 0, _ARRAY_OIDS[self.pg_type][1], n, 1) + rec.tobytes()
 
 
+class Int2Array(PgArray):
+    __slots__ = ()
+    pg_type = "int2"
+
+
 class Int4Array(PgArray):
     __slots__ = ()
     pg_type = "int4"
@@ -207,7 +212,7 @@ class Float8Array(PgArray):
     pg_type = "float8"
 
 
-_ARRAY_OIDS = {"int4": (1007, 23), "int8": (1016, 20), "float8": (1022, 701)}  # (array oid, element oid)
+_ARRAY_OIDS = {"int2": (1005, 21), "int4": (1007, 23), "int8": (1016, 20), "float8": (1022, 701)}  # (array, element)
 
 
 def register_pg_types(dbapi_conn: Any) -> None:
@@ -215,10 +220,37 @@ def register_pg_types(dbapi_conn: Any) -> None:
     from psycopg.adapt import Dumper
     from psycopg.pq import Format
 
-    for cls in (Int4Array, Int8Array, Float8Array):
+    for cls in (Int2Array, Int4Array, Int8Array, Float8Array):
         dumper = type(
             f"{cls.__name__}Dumper",
             (Dumper,),
             {"format": Format.BINARY, "oid": _ARRAY_OIDS[cls.pg_type][0], "dump": lambda self, obj: obj.dump()},
         )
         dbapi_conn.adapters.register_dumper(cls, dumper)
+
+
+def array_values(data: Any, pg_type: str) -> np.ndarray:
+    """A binary PostgreSQL array without NULLs (as :class:`PgArray` sends them) back as a numpy column."""
+    ndim, _flags, _elem = struct.unpack_from(">iii", data)
+    if ndim == 0:
+        return np.empty(0, dtype=_BINARY[pg_type][1:])
+    if ndim != 1:
+        raise ValueError(f"expected a one-dimensional {pg_type} array, got {ndim} dimensions")
+    (n,) = struct.unpack_from(">i", data, 12)
+    rec = np.frombuffer(data, dtype=[("len", ">i4"), ("v", _BINARY[pg_type])], count=n, offset=20)
+    return rec["v"].astype(_BINARY[pg_type][1:])
+
+
+def register_array_bytes(cursor: Any, oids: Sequence[int]) -> None:
+    """Make a binary psycopg cursor return arrays of ``oids`` as their raw bytes (see :func:`array_values`)."""
+    from psycopg.adapt import Loader
+    from psycopg.pq import Format
+
+    class _Raw(Loader):
+        format = Format.BINARY
+
+        def load(self, data: Any) -> bytes:
+            return bytes(data)
+
+    for oid in oids:
+        cursor.adapters.register_loader(oid, _Raw)

@@ -33,7 +33,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from hyperwatch.monitor.store.bulk import read_in_ranges
-from hyperwatch.monitor.store.models import CHUNK_STEPS, NONFINITE_PREDICATE
+from hyperwatch.monitor.store.models import CHUNK_STEPS, NONFINITE_PREDICATE, hot_relation
 
 Cand = tuple[int, int | None, float | None]  # step, tokens, sql value (None = NaN)
 KEY = "run_id = :run_id AND name_id = :name_id AND layer = :layer"
@@ -175,7 +175,8 @@ def points(conn: Connection, params: dict[str, Any], lo: int, hi: int) -> list[C
     needs one snapshot of both (one statement each in a transaction: see ``managed``).
     """
     out = chunked_points(conn, params, lo, hi)
-    sql = f"SELECT step, tokens, value FROM metric_points WHERE {KEY} AND step >= :a AND step <= :b ORDER BY step"
+    hot = hot_relation(conn.dialect.name)
+    sql = f"SELECT step, tokens, value FROM {hot} WHERE {KEY} AND step >= :a AND step <= :b ORDER BY step"
     out += [(int(s), t, v) for s, t, v in conn.execute(text(sql), {**params, "a": lo, "b": hi})]
     return out
 
@@ -185,8 +186,8 @@ def end_point(conn: Connection, params: dict[str, Any], first: bool) -> Cand | N
     lo, hi = params["start"], params["end"]
     order = "ASC" if first else "DESC"
     sql = (
-        f"SELECT step, tokens, value FROM metric_points WHERE {KEY} AND step >= :start AND step <= :end "
-        f"ORDER BY step {order} LIMIT 1"
+        f"SELECT step, tokens, value FROM {hot_relation(conn.dialect.name)} WHERE {KEY} AND step >= :start "
+        f"AND step <= :end ORDER BY step {order} LIMIT 1"
     )
     row = conn.execute(text(sql), params).first()
     hot: Cand | None = None if row is None else (int(row[0]), row[1], row[2])
@@ -204,8 +205,9 @@ def end_point(conn: Connection, params: dict[str, Any], first: bool) -> Cand | N
 def nonfinite(conn: Connection, params: dict[str, Any], lo: int, hi: int) -> list[Cand]:
     """Every NaN/Inf point in [lo, hi]: the hot rows through their partial index, the chunks through theirs."""
     hint = " INDEXED BY ix_metric_points_nonfinite" if conn.dialect.name == "sqlite" else ""
+    hot = hot_relation(conn.dialect.name)
     sql = (
-        f"SELECT step, tokens, value FROM metric_points{hint} WHERE {KEY} AND step >= :lo AND step <= :hi "
+        f"SELECT step, tokens, value FROM {hot}{hint} WHERE {KEY} AND step >= :lo AND step <= :hi "
         f"AND ({NONFINITE_PREDICATE})"
     )
     out: list[Cand] = [(int(s), t, v) for s, t, v in conn.execute(text(sql), {**params, "lo": lo, "hi": hi})]
@@ -221,7 +223,8 @@ def points_in_ranges(
     conn: Connection, run_id: int, ranges: Sequence[tuple[int, int, int, int]]
 ) -> list[tuple[int, int, int, int | None, float | None]]:
     """(name_id, layer, step, tokens, value) of every point in (name_id, layer, first step, last step) ranges."""
-    out = list(read_in_ranges(conn, run_id, "t.step, t.tokens, t.value", "metric_points", "step", "", ranges))
+    hot = hot_relation(conn.dialect.name)
+    out = list(read_in_ranges(conn, run_id, "t.step, t.tokens, t.value", hot, "step", "", ranges))
     by_chunk = [(n, la, a // CHUNK_STEPS, b // CHUNK_STEPS) for n, la, a, b in ranges]
     found = read_in_ranges(conn, run_id, "t.chunk, t.data", "metric_chunks", "chunk", "", by_chunk)
     bounds: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -246,7 +249,8 @@ def all_points(
     out = [
         (int(r), int(n), int(la), int(s), t, v)
         for r, n, la, s, t, v in conn.execute(
-            text(f"SELECT run_id, name_id, layer, step, tokens, value FROM metric_points{where}"), params
+            text(f"SELECT run_id, name_id, layer, step, tokens, value FROM {hot_relation(conn.dialect.name)}{where}"),
+            params,
         )
     ]
     for r, n, la, c, blob in conn.execute(

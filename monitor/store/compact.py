@@ -29,7 +29,7 @@ from sqlalchemy.engine import Connection
 from hyperwatch.monitor.store import chunks
 from hyperwatch.monitor.store.bulk import bulk_write, pg_array, read_in_ranges
 from hyperwatch.monitor.store.chunks import Cand
-from hyperwatch.monitor.store.models import CHUNK_STEPS
+from hyperwatch.monitor.store.models import CHUNK_STEPS, COMPACTING_DIALECTS
 
 SeriesKey = tuple[int, int]  # (name_id, layer)
 PointRow = tuple[int, int, int, int | None, float | None]  # name_id, layer, step, tokens, sql value
@@ -49,11 +49,7 @@ _COPY_CHUNKS = f"COPY metric_chunks ({', '.join(CHUNK_COLUMNS)}) FROM STDIN (FOR
 _DELETE_SQLITE = "DELETE FROM metric_points WHERE run_id = ? AND name_id = ? AND layer = ? AND step >= ? AND step <= ?"
 
 
-COMPACTING_DIALECTS = frozenset({"postgresql"})
-"""Where sealed points move into chunks. Not SQLite: its one-row-per-point table is already 31.5
-B/point (a ``WITHOUT ROWID`` row is its index entry, varint-packed), and moving the rows costs its
-in-process ingest ~5 us a point (measured: 19 B/point with chunks, but ~25% fewer points/s through
-the store at 4,096-point batches). Every read handles both layouts, so the choice is the writer's."""
+__all__ = ["COMPACTING_DIALECTS", "boundary", "compacts", "store_sealed"]
 
 
 def compacts(conn: Connection) -> bool:
@@ -72,12 +68,14 @@ def store_sealed(
     cold: Sequence[PointRow],
     before: Mapping[SeriesKey, int],
     after: Mapping[SeriesKey, int],
+    taken: Sequence[PointRow] = (),
 ) -> tuple[Known, int]:
     """Write the chunks a batch seals or touches; ``cold``: the batch's points below their new boundary.
 
     ``before``/``after``: the latest step before (-1: none) and after the batch of every series that
-    seals a chunk or has a point in ``cold`` (others may be left out of ``after``).
-    Returns what the chunks written hold and how many hot rows were moved (deleted) into them.
+    seals a chunk or has a point in ``cold`` (others may be left out of ``after``). ``taken``: hot
+    points of the sealed chunks already taken out of pending batches (:mod:`monitor.store.pending`).
+    Returns what the chunks written hold and how many ``metric_points`` rows were moved (deleted) into them.
     """
     spans: dict[SeriesKey, list[tuple[int, int]]] = defaultdict(list)
     take: list[tuple[int, int, int, int]] = []
@@ -92,7 +90,7 @@ def store_sealed(
         return {}, 0
     moved = _take_hot(conn, run_id, take)
     groups: dict[tuple[int, int, int], list[Cand]] = {
-        ckey: [r[2:] for r in rows] for ckey, rows in groupby(sorted(moved), key=_chunk_of)
+        ckey: [r[2:] for r in rows] for ckey, rows in groupby(sorted([*moved, *taken]), key=_chunk_of)
     }
     extra: dict[tuple[int, int, int], dict[int, Cand]] = defaultdict(dict)
     if late:

@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection
 
 from hyperwatch.monitor.store import chunks
 from hyperwatch.monitor.store.chunks import KEY, Cand
-from hyperwatch.monitor.store.models import ROLLUP_LEVELS
+from hyperwatch.monitor.store.models import ROLLUP_LEVELS, hot_relation
 from hyperwatch.monitor.store.rollups import sealed_blocks
 
 
@@ -87,7 +87,7 @@ def bucket_extremes(
     if level is None:  # narrower than a block: the hot rows in SQL, the chunks decoded
         found = _extremes(
             conn,
-            "metric_points",
+            hot_relation(conn.dialect.name),
             ("step", "tokens", "value"),
             f"{KEY} AND step >= :lo AND step <= :hi",
             "(step - :lo) / :w",

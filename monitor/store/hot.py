@@ -27,7 +27,7 @@ from sqlalchemy.engine import Engine
 
 log = logging.getLogger(__name__)
 VACUUM_AFTER_ROWS = 16_384
-HOT_TABLES = "metric_points, series_latest"
+HOT_TABLES = "metric_points, point_batches, series_latest"
 
 
 class HotVacuum:

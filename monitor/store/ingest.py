@@ -4,8 +4,8 @@ The statements, in order:
 
 1. ``UPDATE runs .. RETURNING``: finds the run (by id, or by project and name: one statement
    instead of a read transaction of its own), **locks its row** to commit, records the run's
-   progress (``last_step``, ``last_point_at``) and raises its ``ingest_seq`` (migration 0006); it
-   also returns the run's group thresholds for the detectors.
+   progress (``last_step``, ``last_point_at``) and swaps its ``ingest_token`` for a new random one
+   (migration 0006), returning the old; it also returns the run's group thresholds for the detectors.
 2. The batch id (:func:`points.claim_batch`); a duplicate rolls the whole transaction back, so a
    re-sent batch changes nothing, not even the run's progress.
 3. The points and everything they imply (:func:`points.write_points`), then the detectors' alerts.
@@ -18,15 +18,19 @@ before either: both updated this row at the end. One lock per batch replaces a `
 each series' ``series_latest`` row (512 row locks, each one written to the WAL).
 
 What the lock buys: the latest step of each series, which decides where every point goes (new
-step: COPY; re-sent or late step: upsert; sealed chunks and rollup blocks), changes only under it.
-:class:`LatestSteps` keeps it per run in the service's memory as of the ``ingest_seq`` this process
-last committed; when the locked row still holds that number, no other writer (another service
-process, another host) stored a point of the run since, and ``series_latest`` need not be read.
-Otherwise it is read again, whole, under the lock. So the cache is exact, never merely likely.
+step: pending batch or COPY; re-sent or late step: upsert; sealed chunks and rollup blocks), changes
+only under it. :class:`LatestSteps` keeps it per run in the service's memory as of the token this
+process last committed. The token is written in the same transaction as the points, so a row that
+still holds it holds the state it was written with: no other writer (another service process,
+another host) stored a point of the run since, and no restore or fail-over replaced the database
+with another history (a counter could come round to the same number there; a 62-bit random token
+does so with odds of 2^-62). Then ``series_latest`` need not be read; otherwise it is read again,
+whole, under the lock.
 """
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -53,10 +57,11 @@ class Duplicate(Exception):
 
 
 class LatestSteps:
-    """Per run: each series' latest stored step (by :func:`points.series_code`), as of an ``ingest_seq``.
+    """Per run: each series' latest stored step (by :func:`points.series_code`), as of an ingest token.
 
-    Thread-safe; keeps the ``MAX_CACHED_RUNS`` runs written most recently. An entry is replaced only
-    by one of a higher ``ingest_seq`` (two writers of one run may finish in either order).
+    Thread-safe; keeps the ``MAX_CACHED_RUNS`` runs written most recently. Two writers of one run in
+    this process may record their steps in either order: the older then stands, its token no longer
+    matches the row, and the next writer reads the steps again (a miss, never a wrong answer).
     """
 
     def __init__(self, max_runs: int = MAX_CACHED_RUNS) -> None:
@@ -65,23 +70,20 @@ class LatestSteps:
         self._max = max_runs
         self.hits = self.misses = 0  # for the tests and the benchmark
 
-    def get(self, run_id: int, seq: int) -> dict[int, int] | None:
-        """The steps as of ``seq`` (not to be changed: :meth:`put` a new dict), or None."""
+    def get(self, run_id: int, token: int) -> dict[int, int] | None:
+        """The steps as of ``token`` (not to be changed: :meth:`put` a new dict), or None."""
         with self._lock:
             found = self._runs.get(run_id)
-            if found is None or found[0] != seq:
+            if found is None or found[0] != token:
                 self.misses += 1
                 return None
             self._runs.move_to_end(run_id)
             self.hits += 1
             return found[1]
 
-    def put(self, run_id: int, seq: int, steps: dict[int, int]) -> None:
+    def put(self, run_id: int, token: int, steps: dict[int, int]) -> None:
         with self._lock:
-            found = self._runs.get(run_id)
-            if found is not None and found[0] >= seq:
-                return
-            self._runs[run_id] = (seq, steps)
+            self._runs[run_id] = (token, steps)
             self._runs.move_to_end(run_id)
             while len(self._runs) > self._max:
                 self._runs.popitem(last=False)
@@ -99,7 +101,9 @@ def _lock_statement(by_name: bool, has_points: bool) -> Any:
         )
     else:
         target = bindparam("b_run_id")
-    values: dict[str, Any] = {"ingest_seq": RunRow.ingest_seq + 1}
+    # SET reads the row version it updates (the newest, after any writer this one waited for), so
+    # prior_token is the token as this writer found it; a subquery would read the statement's snapshot
+    values: dict[str, Any] = {"prior_token": RunRow.ingest_token, "ingest_token": bindparam("b_token")}
     if has_points:
         top = bindparam("b_max_step", type_=BigInteger)
         last = RunRow.last_step
@@ -110,7 +114,7 @@ def _lock_statement(by_name: bool, has_points: bool) -> Any:
         update(RunRow)
         .where(RunRow.id == target)
         .values(**values)
-        .returning(RunRow.id, RunRow.ingest_seq, RunRow.group_id, thresholds)
+        .returning(RunRow.id, RunRow.prior_token, RunRow.group_id, thresholds)
     )
 
 
@@ -118,14 +122,21 @@ def _lock_statement(by_name: bool, has_points: bool) -> Any:
 _LOCK = {(n, p): _lock_statement(n, p) for n in (False, True) for p in (False, True)}
 
 
+def new_token() -> int:
+    """A batch's ingest token: random, 62 bits, never 0 (what a run holds before its first batch)."""
+    return secrets.randbits(62) | 1
+
+
 def lock_run(
-    conn: Connection, run: int | tuple[str, str], max_step: int | None
+    conn: Connection, run: int | tuple[str, str], max_step: int | None, token: int
 ) -> tuple[int, int, dict[str, Any] | None]:
-    """Lock the run's row, record its progress; (run id, its new ingest_seq, its group's thresholds).
+    """Lock the run's row, record its progress and swap its ingest token for ``token``.
 
     ``run``: an id, or (project, name). ``max_step``: the batch's highest step (None: no points).
+    Returns the run's id, the token the row held, and the run's group thresholds (None: no group).
     """
     params: dict[str, Any] = {"b_project": run[0], "b_name": run[1]} if isinstance(run, tuple) else {"b_run_id": run}
+    params["b_token"] = token
     if max_step is not None:
         params.update(b_max_step=max_step, b_now=now_utc())
     row = conn.execute(_LOCK[(isinstance(run, tuple), max_step is not None)], params).first()
@@ -137,31 +148,32 @@ def lock_run(
                 f'POST /api/v1/runs {{"name": "{name}", "project": "{project}"}}'
             )
         raise NotFoundError(f"run id {run} not found; list runs with GET /api/v1/runs")
-    run_id, seq, group_id, thresholds = row
+    run_id, prior, group_id, thresholds = row
     if group_id is None:
-        return int(run_id), int(seq), None
-    return int(run_id), int(seq), repair.thresholds(thresholds, f"group id {group_id} thresholds")
+        return int(run_id), int(prior), None
+    return int(run_id), int(prior), repair.thresholds(thresholds, f"group id {group_id} thresholds")
 
 
 def store_points(
     conn: Connection,
     cache: LatestSteps,
     run_id: int,
-    seq: int,
+    prior: int,
+    token: int,
     batch: SortedBatch,
 ) -> tuple[int, Callable[[], None]]:
     """Write a claimed, non-empty batch of a locked run; (hot rows moved, what to do once it commits).
 
-    The series' latest steps come from ``cache`` when it holds the run as of ``seq - 1`` (the number
-    before this batch raised it), else from ``series_latest``; the returned callable records the
-    steps after the batch in ``cache`` as of ``seq`` (call it only after the commit).
+    The series' latest steps come from ``cache`` when it holds the run as of ``prior`` (the token the
+    locked row held), else from ``series_latest``; the returned callable records the steps after the
+    batch in ``cache`` as of ``token`` (the batch's own: call it only after the commit).
     """
-    known = cache.get(run_id, seq - 1)
+    known = cache.get(run_id, prior)
     if known is None:
         known = latest_steps(conn, run_id)
     codes = batch.codes.tolist()
     before = np.array([known.get(c, -1) for c in codes], dtype=np.int64)
-    moved, after = write_points(conn, run_id, batch, before)
+    moved, after = write_points(conn, run_id, token, batch, before)
     steps = dict(known)
     steps.update(zip(codes, after.tolist()))
-    return moved, lambda: cache.put(run_id, seq, steps)
+    return moved, lambda: cache.put(run_id, token, steps)

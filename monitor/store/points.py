@@ -32,6 +32,7 @@ from sqlalchemy.engine import Connection
 
 from hyperwatch.hooks.columns import NULL_INT, PointColumns
 from hyperwatch.hooks.schema import Point
+from hyperwatch.monitor.store import pending
 from hyperwatch.monitor.store.bulk import Float8Array, Int4Array, Int8Array, bulk_write, copy_binary
 from hyperwatch.monitor.store.compact import CHUNK_STEPS, Known, compacts, store_sealed
 from hyperwatch.monitor.store.models import ROLLUP_LEVELS, RUN_LEVEL_LAYER, IngestedBatchRow
@@ -54,6 +55,7 @@ _UPDATE_LATEST_PG = (
     "FROM unnest(%s::int[], %s::int[], %s::bigint[], %s::float8[]) AS u(name_id, layer, step, value) "
     "WHERE t.run_id = %s AND t.name_id = u.name_id AND t.layer = u.layer AND u.step >= t.step"
 )
+_COLS = ("ids", "layer", "step", "tokens", "value")
 _COPY_POINTS = f"COPY metric_points ({', '.join(_POINT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 _CLAIM = {
     dialect: (
@@ -170,15 +172,7 @@ class SortedBatch:
 
     def rows(self, mask: Any = None) -> list[PointRow]:
         """(name_id, layer, step, tokens, sql value) tuples of the rows (all, or ``mask``'s): the row form."""
-        sel = slice(None) if mask is None else mask
-        tokens: list[Any] = self.tokens[sel].tolist()
-        if NULL_INT in tokens:
-            tokens = [None if t == NULL_INT else t for t in tokens]
-        value = self.value[sel]
-        values: list[Any] = value.tolist()
-        for i in np.flatnonzero(np.isnan(value)).tolist():
-            values[i] = None  # NaN is stored as NULL (see models.py)
-        return list(zip(self.ids[sel].tolist(), self.layer[sel].tolist(), self.step[sel].tolist(), tokens, values))
+        return _point_rows(self, slice(None) if mask is None else mask)
 
 
 def series_code(name_id: Any, layer: Any) -> Any:
@@ -192,12 +186,15 @@ def point_rows(points: Sequence[Point] | PointColumns, name_ids: dict[str, int])
     return SortedBatch.of(cols, name_ids).rows() if len(cols) else []
 
 
-def write_points(conn: Connection, run_id: int, batch: SortedBatch, before: np.ndarray) -> tuple[int, np.ndarray]:
+def write_points(
+    conn: Connection, run_id: int, token: int, batch: SortedBatch, before: np.ndarray
+) -> tuple[int, np.ndarray]:
     """Store a claimed batch's points with their latest values, sealed chunks and rollups.
 
-    ``before``: each series' latest stored step (-1: none), read under the run's lock (see
-    :mod:`monitor.store.ingest`). Returns how many hot rows were moved into chunks (deleted from
-    ``metric_points``: see :mod:`.hot`) and each series' latest step after the batch.
+    ``token``: the run's ingest token of this batch; ``before``: each series' latest stored step (-1:
+    none), read under the run's lock (see :mod:`monitor.store.ingest`). Returns how many hot points
+    were moved (deleted from ``metric_points`` or ``point_batches``: see :mod:`.hot`) and each
+    series' latest step after the batch.
     """
     last = batch.step[batch.ends - 1]  # rows are key-sorted: a series' last row is its latest step
     after = np.maximum(last, before)
@@ -208,18 +205,29 @@ def write_points(conn: Connection, run_id: int, batch: SortedBatch, before: np.n
         edge_before = (before + 1) // CHUNK_STEPS * CHUNK_STEPS
         edge_after = (after + 1) // CHUNK_STEPS * CHUNK_STEPS
         hot = batch.step >= batch.per_row(edge_after)
-        # most batches seal no chunk and write none: only the series that do go further
+        # most batches seal no chunk: new steps only, and no chunk to seal, make one pending row per name
         touched = (edge_after > edge_before) | (np.add.reduceat(~hot, batch.starts) > 0)
-        _insert_points(conn, run_id, batch, hot & fresh, hot & ~fresh)
-        if touched.any():
-            keys = list(zip(batch.ids[batch.starts][touched].tolist(), batch.layer[batch.starts][touched].tolist()))
-            known, moved = store_sealed(
-                conn,
-                run_id,
-                batch.rows(~hot),
-                dict(zip(keys, before[touched].tolist())),
-                dict(zip(keys, after[touched].tolist())),
-            )
+        if fresh.all() and not touched.any():
+            pending.append(conn, run_id, token, batch.ids, batch.layer, batch.step, batch.tokens, batch.value)
+        else:
+            # the run's pending points first: those of the chunks this batch seals go into them, the
+            # rest become rows, written with the batch's own new hot steps in one COPY
+            taken = pending.take(conn, run_id)
+            sealing = _sealing(batch, taken, touched, edge_after)
+            _insert_points(conn, run_id, batch, hot & fresh, hot & ~fresh, (taken, ~sealing))
+            moved = len(taken)
+            if touched.any():
+                ids, layers = batch.ids[batch.starts][touched].tolist(), batch.layer[batch.starts][touched].tolist()
+                keys = list(zip(ids, layers))
+                known, taken_rows = store_sealed(
+                    conn,
+                    run_id,
+                    batch.rows(~hot),
+                    dict(zip(keys, before[touched].tolist())),
+                    dict(zip(keys, after[touched].tolist())),
+                    _point_rows(taken, sealing),
+                )
+                moved += taken_rows
     else:
         _insert_points(conn, run_id, batch, fresh, ~fresh)
     _write_latest(conn, run_id, batch, before, last >= before)
@@ -282,26 +290,58 @@ def _write_latest(conn: Connection, run_id: int, batch: SortedBatch, before: np.
     bulk_write(conn, "series_latest", _LATEST_COLUMNS, _LATEST_TYPES, latest, _LATEST_KEY, _LATEST_SET, _LATEST_WHERE)
 
 
-def _insert_points(conn: Connection, run_id: int, batch: SortedBatch, fresh: np.ndarray, other: np.ndarray) -> None:
-    """Store the rows of ``fresh`` (keys not stored yet) and ``other`` (may exist: last write wins).
+def _sealing(batch: SortedBatch, taken: pending.Taken, touched: np.ndarray, edge_after: np.ndarray) -> np.ndarray:
+    """Which pending points lie in a chunk the batch seals: their series is touched and they are below
+    its new boundary (pending points are never below the old one)."""
+    if not len(taken):
+        return np.zeros(0, dtype=bool)
+    codes = batch.codes  # sorted: the batch is key-sorted
+    theirs = series_code(taken.ids, taken.layer)
+    at = np.minimum(np.searchsorted(codes, theirs), len(codes) - 1)
+    return (codes[at] == theirs) & touched[at] & (taken.step < edge_after[at])
+
+
+def _point_rows(cols: Any, mask: Any) -> list[PointRow]:
+    """(name_id, layer, step, tokens, sql value) tuples of the masked rows of key-sorted columns."""
+    tokens: list[Any] = cols.tokens[mask].tolist()
+    if NULL_INT in tokens:
+        tokens = [None if t == NULL_INT else t for t in tokens]
+    value = cols.value[mask]
+    values: list[Any] = value.tolist()
+    for i in np.flatnonzero(np.isnan(value)).tolist():
+        values[i] = None  # NaN is stored as NULL (see models.py)
+    return list(zip(cols.ids[mask].tolist(), cols.layer[mask].tolist(), cols.step[mask].tolist(), tokens, values))
+
+
+def _insert_points(
+    conn: Connection,
+    run_id: int,
+    batch: SortedBatch,
+    fresh: np.ndarray,
+    other: np.ndarray,
+    also: tuple[pending.Taken, np.ndarray] | None = None,
+) -> None:
+    """Store the rows of ``fresh`` (keys not stored yet) and ``other`` (may exist: last write wins), and
+    ``also``'s masked points (taken back from pending batches: stored nowhere else now).
 
     Fresh keys are steps past their series' latest, and the run's row is locked (see
     :mod:`monitor.store.ingest`): no one else can write them before commit, so a plain insert is
     exact for them. PostgreSQL loads them by binary COPY, the database's fastest load, built from
     the columns in one piece; SQLite steps one prepared INSERT over them in-process. Every other
-    key (a re-sent or late step) takes the upsert.
+    key (a re-sent or late step) takes the upsert, after the plain inserts.
     """
     if conn.dialect.name == "postgresql":
-        if fresh.any():
-            value = batch.value[fresh]
-            tokens = batch.tokens[fresh]
-            n = len(value)
+        cols = [getattr(batch, c)[fresh] for c in _COLS]
+        if also is not None and also[1].any():
+            cols = [np.concatenate((c, getattr(also[0], n)[also[1]])) for c, n in zip(cols, _COLS, strict=True)]
+        if len(cols[0]):
+            ids, layer, step, tokens, value = cols
             stream = copy_binary(
                 [
-                    (np.full(n, run_id), "int4", None),
-                    (batch.ids[fresh], "int2", None),
-                    (batch.layer[fresh], "int2", None),
-                    (batch.step[fresh], "int8", None),
+                    (np.full(len(ids), run_id), "int4", None),
+                    (ids, "int2", None),
+                    (layer, "int2", None),
+                    (step, "int8", None),
                     (tokens, "int8", tokens == NULL_INT),
                     (value, "float8", np.isnan(value)),
                 ]

@@ -27,7 +27,7 @@ from hyperwatch.monitor.store.entities import (
     SeriesPoint,
 )
 from hyperwatch.monitor.store.hot import HotVacuum
-from hyperwatch.monitor.store.ingest import Duplicate, LatestSteps, lock_run, store_points
+from hyperwatch.monitor.store.ingest import Duplicate, LatestSteps, lock_run, new_token, store_points
 from hyperwatch.monitor.store.models import AlertEventRow, MetricNameRow, ProjectRow, RunRow, SeriesLatestRow
 from hyperwatch.monitor.store.points import (
     SortedBatch,
@@ -106,7 +106,8 @@ class SeriesMixin:
         moved, committed = 0, None
         try:
             with managed(self.engine, f"store batch {batch_id} of {what}", write=True) as conn:
-                run_id, seq, thresholds = lock_run(conn, run, top)
+                token = new_token()
+                run_id, prior, thresholds = lock_run(conn, run, top, token)
                 seen = claim_batch(conn, run_id, batch_id, len(columns))
                 if seen is not None:
                     raise Duplicate(run_id, seen)
@@ -114,7 +115,7 @@ class SeriesMixin:
                 if len(columns):
                     name_ids = {n: self._name_id(conn, n) for n in columns.names}
                     batch = SortedBatch.of(columns, name_ids)  # type: ignore[arg-type]
-                    moved, committed = store_points(conn, self.latest_steps, run_id, seq, batch)
+                    moved, committed = store_points(conn, self.latest_steps, run_id, prior, token, batch)
                 detector = None if detector_for is None else detector_for(run_id, thresholds)
                 if detector is not None:
                     # same transaction: the batch and its alerts commit together or not at all (a retried

@@ -19,7 +19,7 @@ from functools import lru_cache
 from sqlalchemy.engine import Connection
 
 from hyperwatch.monitor.store import chunks
-from hyperwatch.monitor.store.models import CHUNK_STEPS
+from hyperwatch.monitor.store.models import CHUNK_STEPS, hot_relation
 
 SERIES_PER_STATEMENT = 200  # SQLite allows 500 terms in a compound SELECT
 WindowKey = tuple[int, int, int]  # (name_id, sql layer, before_step)
@@ -38,7 +38,7 @@ def _newest_sql(dialect: str, n: int, table: str, order: str, cols: str, cmp: st
 
 
 def _windows_sql(dialect: str, n: int) -> str:
-    return _newest_sql(dialect, n, "metric_points", "step", "step, value", "<")
+    return _newest_sql(dialect, n, hot_relation(dialect), "step", "step, value", "<")
 
 
 def _chunks_sql(dialect: str, n: int) -> str:

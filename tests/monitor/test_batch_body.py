@@ -27,7 +27,7 @@ from hyperwatch.monitor.api.batch_body import exact_batch, fast_batch, read_batc
 from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.schemas import IngestOut
 from hyperwatch.monitor.store import SqlStore
-from hyperwatch.monitor.store.models import RUN_LEVEL_LAYER
+from hyperwatch.monitor.store.models import RUN_LEVEL_LAYER, hot_relation
 from hyperwatch.monitor.store.points import point_rows
 from tests.monitor.conftest import AUTH, create_run
 
@@ -208,7 +208,8 @@ def test_the_columns_body_stores_what_the_json_body_stores(client: TestClient, s
     assert set(r.json()) == set(IngestOut.model_fields)
     assert columns_post(client, encode_body("batch-cols-01", "cols", PointColumns.from_points(pts))).status_code == 200
     with store.engine.connect() as conn:
-        sql = "SELECT name_id, layer, step, tokens, value FROM metric_points WHERE run_id = :r ORDER BY 1, 2, 3"
+        hot = hot_relation(store.engine.dialect.name)
+        sql = f"SELECT name_id, layer, step, tokens, value FROM {hot} WHERE run_id = :r ORDER BY 1, 2, 3"
         rows = [conn.execute(text(sql), {"r": run["id"]}).all() for run in client.get("/api/v1/runs").json()]
     assert len(rows) == 2 and rows[0] == rows[1] and len(rows[0]) == 7
 

@@ -24,7 +24,7 @@ from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import SqlStore, chunks, migrate
 from hyperwatch.monitor.store.compact import boundary
 from hyperwatch.monitor.store.hot import HotVacuum
-from hyperwatch.monitor.store.models import CHUNK_STEPS
+from hyperwatch.monitor.store.models import CHUNK_STEPS, hot_relation
 
 W = CHUNK_STEPS
 Ref = dict[tuple[str, int | None], dict[int, tuple[int | None, float]]]
@@ -132,7 +132,7 @@ def test_hot_rows_and_chunks_split_at_the_boundary(pg_store: SqlStore) -> None:
             )
         }
         hot = conn.execute(
-            text("SELECT name_id, layer, step FROM metric_points WHERE run_id = :r"), {"r": run_id}
+            text(f"SELECT name_id, layer, step FROM {hot_relation('postgresql')} WHERE run_id = :r"), {"r": run_id}
         ).all()
         n_chunks = conn.execute(text("SELECT count(*) FROM metric_chunks WHERE run_id = :r"), {"r": run_id}).scalar()
         every = chunks.all_points(conn, run_id)
@@ -192,7 +192,7 @@ def test_late_write_rewrites_its_chunk_in_place(pg_store: SqlStore) -> None:
     with store.engine.connect() as conn:
         after = dict(conn.execute(text("SELECT chunk, data FROM metric_chunks")).all())
         nonfinite = dict(conn.execute(text("SELECT chunk, nonfinite FROM metric_chunks")).all())
-        hot = conn.execute(text("SELECT step FROM metric_points ORDER BY step")).scalars().all()
+        hot = conn.execute(text(f"SELECT step FROM {hot_relation('postgresql')} ORDER BY step")).scalars().all()
     assert hot == [200]
     assert nonfinite[1] == 1 and nonfinite[101 // W] == 1 and nonfinite[0] == 0
     assert chunks.decode(1, bytes(after[1]))[1] == (17, None, None)
@@ -229,7 +229,8 @@ def test_a_read_straddling_a_compaction_sees_every_point_once(store: SqlStore) -
     fired: list[int] = []
 
     def compact_now(_conn: Any, _cur: Any, statement: str, *_args: Any) -> None:
-        hot_read = statement.startswith("SELECT step, tokens, value FROM metric_points") and "LIMIT" not in statement
+        hot = hot_relation(store.engine.dialect.name)
+        hot_read = statement.startswith(f"SELECT step, tokens, value FROM {hot}") and "LIMIT" not in statement
         if threading.get_ident() == reader and hot_read and not fired:
             fired.append(1)  # steps W..W+5 move into chunk 1 and commit, from another connection
             t = threading.Thread(target=store.ingest, args=(run.id, "crossing", [Point("loss", 2 * W, 0.0)]))

@@ -13,6 +13,7 @@ from sqlalchemy import text
 
 from hyperwatch.hooks.schema import MAX_POINTS_PER_BATCH, Batch, Point
 from hyperwatch.monitor.store import SqlStore, chunks
+from hyperwatch.monitor.store.models import hot_relation
 from tests.monitor.conftest import AUTH, create_run, make_client, post_points
 
 
@@ -121,7 +122,8 @@ def test_nonfinite_round_trip_http_and_sql(store: SqlStore, client: TestClient) 
     assert _values(client, int(run["id"]), "loss") == sent  # type: ignore[call-overload]
     # In SQL: +-Inf as IEEE values, NaN as NULL (the documented encoding), nothing else NULL.
     with store.engine.connect() as conn:
-        sql = text("SELECT step, value FROM metric_points ORDER BY step")
+        # hot points as the reads see them (PostgreSQL: rows and pending batches, see store.pending)
+        sql = text(f"SELECT step, value FROM {hot_relation(store.engine.dialect.name)} ORDER BY step")
         rows: dict[int, float | None] = dict(conn.execute(sql).all())
     assert rows[1] is None
     assert rows[2] == math.inf and rows[3] == -math.inf and rows[4] == 1.5e308

@@ -20,7 +20,7 @@ from sqlalchemy import event, text
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import SqlStore, chunks
 from hyperwatch.monitor.store.models import CHUNK_STEPS as W
-from hyperwatch.monitor.store.models import ROLLUP_LEVELS
+from hyperwatch.monitor.store.models import ROLLUP_LEVELS, hot_relation
 from hyperwatch.monitor.store.rollups import batch_summaries
 
 Row = tuple[Any, ...]
@@ -143,7 +143,8 @@ def _assert_split_at_boundary(store: SqlStore) -> None:
         n_chunks = conn.execute(text("SELECT count(*) FROM metric_chunks")).scalar()
         late = conn.execute(
             text(
-                "SELECT count(*) FROM metric_points AS p JOIN series_latest AS s ON s.run_id = p.run_id "
+                f"SELECT count(*) FROM {hot_relation(store.engine.dialect.name)} AS p JOIN series_latest AS s "
+                "ON s.run_id = p.run_id "
                 f"AND s.name_id = p.name_id AND s.layer = p.layer WHERE p.step < (s.step + 1) / {W} * {W}"
             )
         ).scalar()
