@@ -16,6 +16,11 @@ service its own process with its own database, and reports milliseconds per batc
 - the service's in-process floor: the route's own store call (``_store_batch``) on the parsed body,
   in this process, on a database of its own: what is left above it is HTTP, routing and the hop.
 
+``--sink``: instead, the hooks' ``HttpSink`` end to end on the h11/asyncio service: ``--batches``
+steps of 512 points written at once, timed from the first ``write`` to ``flush`` returning, with
+one request per step (``max_points=512``) and with the sink's default merging (``max_points=20000``),
+beside client (b) posting the same steps; interleaved the same way.
+
 For the services, the CPU time the service process used per batch (from /proc, so Linux only) is
 printed beside the wall time: on a training machine the service shares the cores with the trainer.
 
@@ -26,6 +31,7 @@ per-repeat ratios; the milliseconds the median of the repeats.
 
     .venv/bin/python bench/http_overhead.py                   # 100 batches x 5 repeats
     .venv/bin/python bench/http_overhead.py --batches 200 --repeats 9
+    .venv/bin/python bench/http_overhead.py --sink --batches 200 --repeats 7
 """
 
 from __future__ import annotations
@@ -48,8 +54,10 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench.ingest
-from bench.ingest import TOKEN, chunks, encode, fresh, rows
+from bench.ingest import TOKEN, Row, chunks, encode, fresh, rows
 from bench.service_process import service_process
+from hyperwatch.hooks.schema import Batch, Point
+from hyperwatch.hooks.sinks import HttpSink, RunInfo
 from hyperwatch.hooks.sinks import client as hooks_client
 from hyperwatch.monitor.api.batch_body import read_batch
 from hyperwatch.monitor.api.routes.points import _store_batch
@@ -142,14 +150,72 @@ def in_process(store: SqlStore, run: str, bodies: Bodies) -> float:
     return time.perf_counter() - t0
 
 
+def sink_seconds(base: str, run: str, data: list[Row], spool: Path, max_points: int) -> float:
+    """``HttpSink`` from the first write of the steps to the end of ``flush``."""
+    sink = HttpSink(base, token=TOKEN, spool=spool, max_points=max_points, close_timeout=60)
+    sink.start(RunInfo(name=run))
+    steps = [
+        Batch(run, [Point(n, s, v, la, s * 4096) for n, la, s, v in part]) for part in chunks(data, STEP)
+    ]  # built before the clock, as the monitor builds them on its own thread
+    try:
+        t0 = time.perf_counter()
+        for batch in steps:
+            sink.write(batch)
+        if not sink.flush(600):
+            raise RuntimeError(f"HttpSink did not deliver: {sink.last_error}")
+        return time.perf_counter() - t0
+    finally:
+        sink.close()
+
+
+def sink_figures(data: list[Row], repeats: int) -> None:
+    sides: dict[str, list[float]] = {"one": [], "merged": [], "raw": []}
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        url = "sqlite:///" + str(Path(tmp) / "sink.db")
+        fresh(url)
+        base = stack.enter_context(service_process(url, TOKEN, 600.0, SERVERS[BASE])).url
+        n = 0
+
+        def measure(side: str, steps: list[Row]) -> float:
+            nonlocal n
+            n += 1
+            run = f"s{n}"
+            if side == "raw":
+                create_run(base, run)
+                secs = post_http_client(base, run, [encode(part, run) for part in chunks(steps, STEP)])
+            else:
+                secs = sink_seconds(base, run, steps, Path(tmp) / f"spool{n}", STEP if side == "one" else 20_000)
+            return secs / (len(steps) // STEP) * 1000
+
+        for side in sides:
+            measure(side, data[: 10 * STEP])  # warm-up
+        for rep in range(repeats):
+            order = list(sides)
+            k = rep % len(order)
+            for side in order[k:] + order[:k]:
+                sides[side].append(measure(side, data))
+    med = {k: statistics.median(v) for k, v in sides.items()}
+    print(f"HttpSink end to end ({len(data) // STEP} steps of {STEP} points written at once, median of {repeats}):")
+    for side, what in (("one", "one request per step (max_points=512)"), ("merged", "merged (max_points=20000)")):
+        ratio = statistics.median(x / y for x, y in zip(sides[side], sides["raw"]))
+        print(
+            f"  sink, {what} vs http.client keep-alive posting each step: {ratio:.2f}x  "
+            f"(sink {med[side]:.2f} ms/step vs http.client {med['raw']:.2f} ms/step)"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batches", type=int, default=100, help="batches (steps of 512 points) per measurement")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--body", choices=("json", "columns"), default="json", help="HTTP body (default json)")
+    ap.add_argument("--sink", action="store_true", help="the hooks' HttpSink end to end instead")
     args = ap.parse_args()
     bench.ingest.BODY = args.body
     data = rows(args.batches)
+    if args.sink:
+        sink_figures(data, args.repeats)
+        return 0
     servers = [s for s in SERVERS if installed(s)]
     missing = [s for s in SERVERS if s not in servers]
     # (server, client) pairs measured: every client on the base service, client (b) on every service
