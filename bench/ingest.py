@@ -1,7 +1,8 @@
 """Ingestion and read benchmark of the monitoring service. Prints one line per figure.
 
-1. points/s through the HTTP API (``hyperwatch serve`` as its own process on localhost, an httpx
-   client sending batches of the hooks wire format encoded beforehand) into SQLite and into PostgreSQL,
+1. points/s through the HTTP API (``hyperwatch serve`` as its own process on localhost, one keep-alive
+   http.client connection, not httpx (see ``http_rate``), sending batches of the hooks wire format
+   encoded beforehand) into SQLite and into PostgreSQL,
    beside the raw database's floor for the same rows at the same transaction granularity (SQLite:
    executemany; PostgreSQL: COPY; one transaction per step for 1-step batches, one in all for
    4,096-point batches), as ratios against the targets of issue 16, and the bytes per point on disk
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import json
 import math
 import sqlite3
@@ -26,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,15 +102,33 @@ def encode(part: list[Row], run: str) -> tuple[bytes, str]:
 
 
 def http_rate(base: str, data: list[Row], batch: int, run: str) -> float:
+    """Points/s posting ``data`` in batches of ``batch`` over one keep-alive ``http.client`` connection.
+
+    Not httpx: bench/http_overhead.py measured an httpx.Client ~0.45 ms per 512-point batch slower
+    than a plain http.client connection to the same service (issue 16), client-side time that is
+    not the service's. (The hooks' own client, urllib with a connection per request, costs about as
+    much as httpx; with merged batches the sink sends far fewer requests than steps.)"""
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    with httpx.Client(base_url=base, headers=headers, timeout=120) as c:
-        c.post("/api/v1/runs", json={"name": run}).raise_for_status()
+    url = urllib.parse.urlsplit(base)
+    conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=120)
+
+    def post(path: str, body: bytes, kind: str) -> None:
+        conn.request("POST", path, body, headers | {"Content-Type": kind})
+        resp = conn.getresponse()
+        answer = resp.read()
+        if not 200 <= resp.status < 300:
+            raise RuntimeError(f"POST {path}: HTTP {resp.status} {answer[:500]!r}")
+
+    try:
+        post("/api/v1/runs", json.dumps({"name": run}).encode(), "application/json")
         # encoded before the clock starts: the figure is the service's, not the client's
         bodies = [encode(part, run) for part in chunks(data, batch)]
         t0 = time.perf_counter()
         for body, kind in bodies:
-            c.post("/api/v1/points", content=body, headers={"Content-Type": kind}).raise_for_status()
+            post("/api/v1/points", body, kind)
         return len(data) / (time.perf_counter() - t0)
+    finally:
+        conn.close()
 
 
 _RAW_RUN_SQL = (

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 
 from pydantic import ValidationError
 
-from hyperwatch.monitor.api.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT_S
+from hyperwatch.monitor.api.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT_S, HTTP_CHOICES
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -39,6 +40,19 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help=f"open connections kept at most; above it the one that waited longest for its request is closed "
         f"(default {DEFAULT_MAX_CONNECTIONS})",
     )
+    p.add_argument(
+        "--http",
+        choices=HTTP_CHOICES,
+        default="h11",
+        help="HTTP/1.1 parser: h11 (pure Python, default) or httptools (C; pip install httptools); auto: "
+        "httptools when installed, else h11. Both keep --request-timeout and --max-connections",
+    )
+    p.add_argument(
+        "--loop",
+        choices=("auto", "uvloop", "asyncio"),
+        default="auto",
+        help="event loop: uvloop or asyncio's own; auto (default): uvloop when installed, else asyncio",
+    )
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
 
@@ -55,9 +69,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"hyperwatch serve: --port {args.port} is not a port number (1-65535)", file=sys.stderr)
         return 2
     try:
-        protocol = guarded_protocol(args.request_timeout, args.max_connections)
+        protocol = guarded_protocol(args.request_timeout, args.max_connections, args.http)
     except ValueError as exc:
         print(f"hyperwatch serve: --{exc}".replace("_", "-", 1), file=sys.stderr)
+        return 2
+    if args.loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        print("hyperwatch serve: --loop uvloop: uvloop is not installed (pip install uvloop)", file=sys.stderr)
         return 2
     overrides: dict[str, object] = {}
     if args.db:
@@ -78,5 +95,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"hyperwatch serve: warning: dev mode on {args.host} is reachable from other machines", file=sys.stderr)
     # Slow or half-open clients are bounded here (monitor.api.connections); on a network a fronting
     # proxy with its own timeouts is still the recommended setup (README, "Serving").
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, http=protocol, timeout_keep_alive=5)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        http=protocol,
+        loop=args.loop,
+        timeout_keep_alive=5,
+    )
     return 0

@@ -3,7 +3,8 @@
 The service runs as ``hyperwatch serve`` with a small connection cap and a short request
 deadline, so the test stays quick: a local client holds several times the cap in half-open
 connections (headers never finished) and /healthz must still answer within a bounded time; the
-stalled connections are closed by the service, not kept until the client gives up.
+stalled connections are closed by the service, not kept until the client gives up. Each test runs
+with both HTTP parsers ``serve --http`` offers (httptools only where it is installed).
 """
 
 from __future__ import annotations
@@ -13,11 +14,18 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
+from hyperwatch.monitor.api.connections import httptools_available
 from tests.reliability.support import Service, upgrade
 
 CAP = 32
 HALF_OPEN = 4 * CAP
 DEADLINE_S = 2.0
+HTTP = pytest.mark.parametrize(
+    "http",
+    ["h11", pytest.param("httptools", marks=pytest.mark.skipif(not httptools_available(), reason="no httptools"))],
+)
 
 
 def healthz_seconds(url: str) -> float:
@@ -37,10 +45,11 @@ def closed_by_peer(sock: socket.socket) -> bool:
         return True
 
 
-def test_half_open_connections_never_stop_healthz(sqlite_url: str, tmp_path: Path) -> None:
+@HTTP
+def test_half_open_connections_never_stop_healthz(sqlite_url: str, tmp_path: Path, http: str) -> None:
     upgrade(sqlite_url)
     svc = Service(sqlite_url, tmp_path / "service.log")
-    svc.start("--max-connections", str(CAP), "--request-timeout", str(DEADLINE_S))
+    svc.start("--max-connections", str(CAP), "--request-timeout", str(DEADLINE_S), "--http", http)
     socks: list[socket.socket] = []
     try:
         for i in range(HALF_OPEN):
@@ -63,10 +72,13 @@ def test_half_open_connections_never_stop_healthz(sqlite_url: str, tmp_path: Pat
         svc.kill()
 
 
-def test_a_slow_body_is_cut_at_the_deadline_but_a_prompt_request_is_served(sqlite_url: str, tmp_path: Path) -> None:
+@HTTP
+def test_a_slow_body_is_cut_at_the_deadline_but_a_prompt_request_is_served(
+    sqlite_url: str, tmp_path: Path, http: str
+) -> None:
     upgrade(sqlite_url)
     svc = Service(sqlite_url, tmp_path / "service.log")
-    svc.start("--request-timeout", str(DEADLINE_S))
+    svc.start("--request-timeout", str(DEADLINE_S), "--http", http)
     try:
         s = socket.create_connection(("127.0.0.1", svc.port), timeout=10)
         s.sendall(
