@@ -1,7 +1,8 @@
 """Keeping PostgreSQL's hot tables small: the service vacuums them itself after moving points out.
 
-``metric_points`` holds less than one chunk per series (:mod:`monitor.store.compact`), but every
-point passes through it: inserted, then deleted when its chunk seals. PostgreSQL reuses the space
+``point_batches`` and ``metric_points`` hold less than one chunk per series
+(:mod:`monitor.store.pending`, :mod:`monitor.store.compact`), but every point passes through them:
+inserted, then deleted when its chunk seals. PostgreSQL reuses the space
 of deleted rows only once VACUUM has seen them, and autovacuum looks at a table once a minute at
 most: at 10^4 points/s that is 6 x 10^5 dead rows (~60 MB with the index) between visits, more than
 the chunks of a million points. So the store runs ``VACUUM`` of the hot tables (also

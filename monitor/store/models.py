@@ -5,17 +5,23 @@ Sizing for 10^9 metric points (the tables that matter)
 Keys are compact integers everywhere: metric names are interned in ``metric_names`` (SMALLINT
 id), run-level points use ``layer = -1`` instead of NULL so keys stay NOT NULL, steps are BIGINT.
 
-On PostgreSQL a point lives in one of two places (:mod:`monitor.store.compact` keeps the split
-exact; SQLite keeps every point in ``metric_points``):
+On PostgreSQL a point lives in one of three places (:mod:`monitor.store.compact` and
+:mod:`monitor.store.pending` keep the split exact; SQLite keeps every point in ``metric_points``):
 
+- ``point_batches``, one row per batch and metric name, its layers, steps, tokens and values as
+  arrays: the *pending* points, new steps of a batch that seals no chunk (steady training: 15
+  batches of every 16). One row of arrays costs the database ~0.3 ms where 512 point rows cost
+  ~2.7 ms (half of it their foreign-key checks), and they leave it again as one ``DELETE``.
 - ``metric_points``, one row per point, primary key ``(run_id, name_id, layer, step)`` and no
-  surrogate id: the *hot* rows, i.e. the steps of each series at or past its sealed boundary
-  ``(latest + 1) // CHUNK_STEPS * CHUNK_STEPS`` (less than 16 steps per series). New steps arrive
-  here by COPY, the database's fastest load.
+  surrogate id: the other *hot* points (a pending batch taken back by an overwrite, a late step or
+  a series logged at another rhythm), by binary COPY or upsert. Pending points and these rows are
+  the steps of each series at or past its sealed boundary ``(latest + 1) // CHUNK_STEPS *
+  CHUNK_STEPS`` (less than 16 steps per series); the view ``hot_points`` is their union, and every
+  read of hot points reads it (:func:`hot_relation`).
 - ``metric_chunks``, one row per series and 16 steps: the sealed points packed (steps as one
   offset when consecutive, tokens as ``t0 + dt * step`` when linear, the values as raw doubles:
   ~150 B for 16 points; see :mod:`monitor.store.chunks`). A chunk is written once, when the
-  series reaches its last step, by the batch that does so (the hot rows are deleted in the same
+  series reaches its last step, by the batch that does so (the hot points are deleted in the same
   transaction, the batch's own points of it never go through them); a late write into it
   rewrites that one row.
 
@@ -25,15 +31,14 @@ point could never come near 40 B/point; a chunk row spreads that over 16 points.
 
 Measured (2026-11-24, PostgreSQL 15, ``bench/ingest.py``: the sum of ``pg_total_relation_size``
 over every table, i.e. heap + indexes + TOAST, after ``VACUUM (ANALYZE)``; 64 layers x 8
-indicators, 1,024,000 points through HTTP): **29.0 B/point** at one step (512 points) per batch,
-28.5 at 4,096-point batches (before chunks: 114.6 and 105.1; 10^9 points ~ 29 GB instead of
-~110 GB). Per table (the same 1,024,000 points through the store): chunks 15.4 B/point (heap
-12.8 at ~205 B a row, index 2.6), rollups 11.2, the hot table 1.5 (its index; the heap was empty,
-the run ending on a chunk edge), ``series_latest`` 0.14 (fillfactor 50: its rows are rewritten by
-every batch), batch ids 0.4, the rest 0.5. The hot table costs a fixed ~1-3 MB per 512 series
-(one chunk's worth of rows plus the dead rows between two vacuums: :mod:`monitor.store.hot`), so
-a short run pays more per point: 51,200 points measure 71-77 B/point (6.4 of them the empty
-schema), against 129-140 before.
+indicators, 1,024,000 points through HTTP): **27.6 B/point** at one step (512 points) per batch,
+27.3 at 4,096-point batches (29.0 and 28.5 with hot rows instead of pending batches, 114.6 and
+105.1 before chunks; 10^9 points ~ 28 GB instead of ~110 GB). Per table (the same workload through
+the store, before pending batches): chunks 15.4 B/point (heap 12.8 at ~205 B a row, index 2.6),
+rollups 11.2, ``series_latest`` 0.14 (fillfactor 50: its rows are rewritten by every batch), batch
+ids 0.4, the rest 0.5. The hot tables cost a fixed amount per series (less than one chunk's worth
+of points plus what was deleted since the last vacuum: :mod:`monitor.store.hot`), so a short run
+pays more per point: 102,400 points measure 34 B/point (3.4 of them the empty schema).
 SQLite keeps one row per point: ``WITHOUT ROWID`` tables, clustered on the primary key (a row *is*
 its index entry, varint-packed), 31.5-31.9 B/point on the same workload. Chunks would bring it to
 19 B/point but cost its in-process ingest ~25% (:data:`monitor.store.compact.COMPACTING_DIALECTS`).

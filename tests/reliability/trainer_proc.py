@@ -3,8 +3,9 @@
 ``python -m tests.reliability.trainer_proc URL SPOOL RUN --batches N --points P [--first-step S]
 [--kill-after-delivered K]``: writes N batches of P points (``attention_z`` of layers 0..P-1 at
 steps S..S+N-1), then either closes normally (delivering everything) or, with
-``--kill-after-delivered``, waits until K batches were acknowledged and SIGKILLs itself: the
-crash lands while the sender is in the middle of the spool. Prints one JSON summary line on a
+``--kill-after-delivered``, spools them all first, then replays the spool to the service, waits
+until K batches were acknowledged and SIGKILLs itself: the crash lands while the sender is in the
+middle of the spool. Prints one JSON summary line on a
 normal exit. Imports no torch: only the sink.
 """
 
@@ -14,6 +15,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import time
 
 from hyperwatch.hooks.schema import Batch, Point
@@ -31,12 +33,26 @@ def main() -> int:
     p.add_argument("--kill-after-delivered", type=int, default=None)
     p.add_argument("--token", default=None)
     args = p.parse_args()
-    sink = HttpSink(args.url, token=args.token, spool=args.spool, backoff=(0.05, 0.5), close_timeout=120)
+    url, close_timeout = args.url, 120.0
+    if args.kill_after_delivered is not None:
+        # Spool every batch first (nothing listens at the first address), then let a sink on the real
+        # service replay the spool and die mid-way: a sender writing live can be overtaken by a fast
+        # service, which then holds every batch before the kill (seen once ingest got faster, issue 16).
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            url, close_timeout = f"http://127.0.0.1:{s.getsockname()[1]}", 0.1
+    sink = HttpSink(url, token=args.token, spool=args.spool, backoff=(0.05, 0.5), close_timeout=close_timeout)
     sink.start(RunInfo(args.run, config={"proc": os.getpid()}))
     for i in range(args.batches):
         step = args.first_step + i
         sink.write(Batch(args.run, [Point("attention_z", step, float(j + step), layer=j) for j in range(args.points)]))
     if args.kill_after_delivered is not None:
+        sink.close()  # everything stays in the spool
+        # ten batches a request (the sink would merge the whole spool into one): K is reached mid-spool
+        sink = HttpSink(
+            args.url, token=args.token, spool=args.spool, backoff=(0.05, 0.5), max_points=10 * args.points
+        )
+        sink.start(RunInfo(args.run, config={"proc": os.getpid()}))
         deadline = time.monotonic() + 120
         while sink.delivered < args.kill_after_delivered and time.monotonic() < deadline:
             time.sleep(0.001)
