@@ -49,9 +49,7 @@ def main() -> int:
     if args.kill_after_delivered is not None:
         sink.close()  # everything stays in the spool
         # ten batches a request (the sink would merge the whole spool into one): K is reached mid-spool
-        sink = HttpSink(
-            args.url, token=args.token, spool=args.spool, backoff=(0.05, 0.5), max_points=10 * args.points
-        )
+        sink = HttpSink(args.url, token=args.token, spool=args.spool, backoff=(0.05, 0.5), max_points=10 * args.points)
         sink.start(RunInfo(args.run, config={"proc": os.getpid()}))
         deadline = time.monotonic() + 120
         while sink.delivered < args.kill_after_delivered and time.monotonic() < deadline:
