@@ -67,6 +67,15 @@ def store(db_url: str) -> Iterator[SqlStore]:
 
 
 @pytest.fixture
+def pg_store(pg_url: str) -> Iterator[SqlStore]:
+    """PostgreSQL alone: the dialect whose writer packs chunks and keeps pending batches (store.compact, .pending)."""
+    s = SqlStore(pg_url)
+    migrate.upgrade(s.engine)
+    yield s
+    s.close()
+
+
+@pytest.fixture
 def sqlite_store(sqlite_url: str) -> Iterator[SqlStore]:
     s = SqlStore(sqlite_url)
     migrate.upgrade(s.engine)

@@ -14,14 +14,13 @@ import random
 import struct
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import event, text
 
 from hyperwatch.hooks.schema import Point
-from hyperwatch.monitor.store import SqlStore, chunks, migrate
+from hyperwatch.monitor.store import SqlStore, chunks
 from hyperwatch.monitor.store.compact import boundary
 from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.models import CHUNK_STEPS, hot_relation
@@ -73,15 +72,6 @@ def test_codec_refuses_points_outside_the_chunk() -> None:
         chunks.encode(1, [])
     with pytest.raises(ValueError, match="format version 9"):
         chunks.decode(0, b"\x09\x00\x01\x00")
-
-
-@pytest.fixture
-def pg_store(pg_url: str) -> Iterator[SqlStore]:
-    """PostgreSQL: the dialect whose writer moves sealed points into chunks (see store.compact)."""
-    s = SqlStore(pg_url)
-    migrate.upgrade(s.engine)
-    yield s
-    s.close()
 
 
 def _ingest(store: SqlStore, run_id: int, ref: Ref, pts: list[Point]) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import random
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import text
@@ -23,14 +22,6 @@ from hyperwatch.monitor.store.models import CHUNK_STEPS
 
 W = CHUNK_STEPS
 Ref = dict[tuple[str, int | None], dict[int, float]]
-
-
-@pytest.fixture
-def pg_store(pg_url: str) -> Iterator[SqlStore]:
-    s = SqlStore(pg_url)
-    migrate.upgrade(s.engine)
-    yield s
-    s.close()
 
 
 def _step(store: SqlStore, run_id: int, ref: Ref, step: int, layers: int = 4, scale: float = 1.0) -> None:
