@@ -36,10 +36,10 @@ one after the other from there and each statement after the lock sees every earl
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
 from sqlalchemy.engine import Connection
 
 from hyperwatch.monitor.store import chunks
@@ -51,7 +51,6 @@ SeriesKey = tuple[int, int]  # (name_id, layer)
 PointRow = tuple[int, int, int, int | None, float | None]  # name_id, layer, step, tokens, sql value
 Acc = list[Any]  # [n, min_step, min_tokens, min_value, max_step, max_tokens, max_value]
 BlockRange = tuple[int, int]  # inclusive first and last block
-_VALUE = itemgetter(4)
 _KEY3 = itemgetter(0, 1, 2)
 
 ROLLUP_COLUMNS = (
@@ -97,18 +96,31 @@ def _fold(acc: Acc | None, n: int, lo: tuple[Any, Any, Any], hi: tuple[Any, Any,
 
 
 def _level1(rows: Sequence[PointRow]) -> dict[tuple[int, int, int], Acc]:
-    """Level-1 accumulators of key-sorted point rows: builtin min/max keep the first (earliest) of equals."""
+    """Level-1 accumulators of key-sorted point rows, on whole columns: per block the first row in
+    (value, step) order is its minimum and in (-value, step) order its maximum (NaN sorts last, so it
+    wins only a block of NaN alone, which has none; equal values go to the earlier step)."""
+    if not rows:
+        return {}
     width = ROLLUP_LEVELS[1]
+    name_id, layer, step, _tokens, value = zip(*rows)
+    ids, layers, steps = (np.array(c, dtype=np.int64) for c in (name_id, layer, step))
+    values = np.array(value, dtype=np.float64)  # None (NaN's SQL form) -> NaN
+    blocks = steps // width
+    new = np.ones(len(rows), dtype=bool)
+    new[1:] = (ids[1:] != ids[:-1]) | (layers[1:] != layers[:-1]) | (blocks[1:] != blocks[:-1])
+    group = np.cumsum(new) - 1
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, len(rows))).tolist()
+    lows = np.lexsort((steps, values, group))[starts].tolist()
+    highs = np.lexsort((steps, -values, group))[starts].tolist()
     out: dict[tuple[int, int, int], Acc] = {}
-    for key, group in groupby(rows, key=lambda r: (r[0], r[1], r[2] // width)):
-        members = list(group)
-        finite = [r for r in members if r[4] is not None]
-        if finite:
-            lo = min(finite, key=_VALUE)
-            hi = max(finite, key=_VALUE)
-            out[key] = [len(members), lo[2], lo[3], lo[4], hi[2], hi[3], hi[4]]
+    for i, first in enumerate(starts.tolist()):
+        key = (name_id[first], layer[first], step[first] // width)
+        lo, hi = rows[lows[i]], rows[highs[i]]
+        if lo[4] is None:  # every value of the block is NaN
+            out[key] = [counts[i], None, None, None, None, None, None]
         else:
-            out[key] = [len(members), None, None, None, None, None, None]
+            out[key] = [counts[i], lo[2], lo[3], lo[4], hi[2], hi[3], hi[4]]
     return out
 
 
