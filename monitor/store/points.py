@@ -55,6 +55,9 @@ _UPDATE_LATEST_PG = (
     "FROM unnest(%s::int[], %s::int[], %s::bigint[], %s::float8[]) AS u(name_id, layer, step, value) "
     "WHERE t.run_id = %s AND t.name_id = u.name_id AND t.layer = u.layer AND u.step >= t.step"
 )
+_UPDATE_LATEST_SQLITE = (
+    "UPDATE series_latest SET step = ?, value = ? WHERE run_id = ? AND name_id = ? AND layer = ? AND step <= ?"
+)
 _COLS = ("ids", "layer", "step", "tokens", "value")
 _COPY_POINTS = f"COPY metric_points ({', '.join(_POINT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 _CLAIM = {
@@ -264,30 +267,37 @@ def _seal_rollups(
 
 def _write_latest(conn: Connection, run_id: int, batch: SortedBatch, before: np.ndarray, newer: np.ndarray) -> None:
     """The latest (step, value) of each series whose latest step the batch reaches (``newer``): a new
-    series gets its row, an existing one is updated (unless a later step is already stored)."""
+    series gets its row (an upsert), an existing one is updated unless a later step is already stored
+    (a plain UPDATE: PostgreSQL from binary arrays, SQLite stepped in-process; both cheaper than the
+    upsert's conflict probe)."""
     lasts = batch.ends - 1
-    if conn.dialect.name == "postgresql":
-        upd = newer & (before >= 0)
-        if upd.any():
-            rows = lasts[upd]
-            params = (
-                Int4Array(batch.ids[rows]),
-                Int4Array(batch.layer[rows]),
-                Int8Array(batch.step[rows]),
-                Float8Array(batch.value[rows]),
-                run_id,
-            )
-            conn.exec_driver_sql(_UPDATE_LATEST_PG, params)
-        newer = newer & (before < 0)
-    if not newer.any():
-        return
-    rows = lasts[newer]
+    rows = lasts[newer & (before >= 0)]
+    if len(rows) and conn.dialect.name == "postgresql":
+        params = (
+            Int4Array(batch.ids[rows]),
+            Int4Array(batch.layer[rows]),
+            Int8Array(batch.step[rows]),
+            Float8Array(batch.value[rows]),
+            run_id,
+        )
+        conn.exec_driver_sql(_UPDATE_LATEST_PG, params)
+    elif len(rows):
+        conn.exec_driver_sql(_UPDATE_LATEST_SQLITE, [(s, v, run_id, n, la, s) for n, la, s, v in _latest(batch, rows)])
+    rows = lasts[newer & (before < 0)]
+    if len(rows):
+        latest = [(run_id, n, la, s, v) for n, la, s, v in _latest(batch, rows)]
+        bulk_write(
+            conn, "series_latest", _LATEST_COLUMNS, _LATEST_TYPES, latest, _LATEST_KEY, _LATEST_SET, _LATEST_WHERE
+        )
+
+
+def _latest(batch: SortedBatch, rows: np.ndarray) -> list[tuple[int, int, int, float | None]]:
+    """(name_id, layer, step, sql value) of the given rows (NaN -> NULL)."""
     values: list[Any] = batch.value[rows].tolist()
-    latest = [
-        (run_id, n, la, s, None if v != v else v)  # NaN -> NULL
+    return [
+        (n, la, s, None if v != v else v)
         for n, la, s, v in zip(batch.ids[rows].tolist(), batch.layer[rows].tolist(), batch.step[rows].tolist(), values)
     ]
-    bulk_write(conn, "series_latest", _LATEST_COLUMNS, _LATEST_TYPES, latest, _LATEST_KEY, _LATEST_SET, _LATEST_WHERE)
 
 
 def _sealing(batch: SortedBatch, taken: pending.Taken, touched: np.ndarray, edge_after: np.ndarray) -> np.ndarray:
