@@ -56,6 +56,10 @@ class ConnectionGuard(asyncio.Protocol):
         connections: set[Any]
         client: tuple[str, int] | None
 
+        # each guarded protocol class says, from its parser's state, when the client still owes its
+        # request (nothing of it is being answered)
+        def waiting_for_client(self) -> bool: ...
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._waiting_since = 0.0
@@ -82,10 +86,6 @@ class ConnectionGuard(asyncio.Protocol):
             self._deadline.cancel()
         self._waiting_since = self.loop.time()
         self._deadline = self.loop.call_later(self.request_timeout, self._check_deadline)
-
-    def waiting_for_client(self) -> bool:
-        """True while the client still owes its request (nothing of it is being answered)."""
-        raise NotImplementedError
 
     def _closing(self) -> bool:
         """Closed, not yet removed from the server's set of connections."""
