@@ -66,14 +66,6 @@ class Store(ABC):
     @abstractmethod
     def find_run(self, project: str, name: str) -> Run: ...
 
-    def ingest_target(self, project: str, name: str) -> tuple[int, dict[str, Any] | None]:
-        """The id of the run a batch names and its group's thresholds (None without a group).
-
-        All the ingest route needs before it stores a batch; a store may answer it in one read.
-        """
-        run = self.find_run(project, name)
-        return run.id, (self.get_group(run.group_id).thresholds if run.group_id is not None else None)
-
     @abstractmethod
     def list_runs(
         self,
@@ -112,6 +104,7 @@ class Store(ABC):
         transaction and its alerts are stored with the points: both commit, or neither does.
         """
 
+    @abstractmethod
     def ingest_named(
         self,
         project: str,
@@ -120,10 +113,9 @@ class Store(ABC):
         points: Sequence[Point] | PointColumns,
         detector_for: DetectorFor | None = None,
     ) -> IngestResult:
-        """:meth:`ingest` into the run named ``run`` in ``project`` (NotFoundError if there is none);
-        ``detector_for`` builds the detector from the run's id and its group's thresholds."""
-        run_id, thresholds = self.ingest_target(project, run)
-        return self.ingest(run_id, batch_id, points, None if detector_for is None else detector_for(run_id, thresholds))
+        """:meth:`ingest` into the run named ``run`` in ``project`` (NotFoundError if there is none),
+        what the ingest route calls; ``detector_for`` builds the detector from the run's id and its
+        group's thresholds (None without a group), both read in the batch's own transaction."""
 
     @abstractmethod
     def series(

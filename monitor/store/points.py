@@ -117,8 +117,8 @@ def claim_batch(conn: Connection, run_id: int, batch_id: str, n_points: int) -> 
     is never stored twice and never answered with a database error.
     """
     now: Any = now_utc()
-    if conn.dialect.name != "postgresql":
-        now = now.replace(tzinfo=None).isoformat(" ")  # as SQLAlchemy's DateTime stores it on SQLite
+    if conn.dialect.name != "postgresql":  # as SQLAlchemy's DateTime stores it on SQLite
+        now = now.replace(tzinfo=None).isoformat(" ", timespec="microseconds")
     if conn.exec_driver_sql(_CLAIM[conn.dialect.name], (batch_id, run_id, n_points, now)).cursor.fetchone():
         return None
     return batch_seen(conn, batch_id)

@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, insert, select, text, update
+from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine, Row
 
 from hyperwatch.monitor.core.errors import InvalidInputError, NotFoundError
@@ -46,14 +46,6 @@ def _run_not_found(project: str, name: str) -> NotFoundError:
         f"run {name!r} not found in project {project!r}; create it first with "
         f'POST /api/v1/runs {{"name": "{name}", "project": "{project}"}}'
     )
-
-
-_INGEST_TARGET = (
-    select(RunRow.id, GroupRow.id.label("gid"), GroupRow.thresholds)
-    .join(ProjectRow, ProjectRow.id == RunRow.project_id)
-    .outerjoin(GroupRow, GroupRow.id == RunRow.group_id)
-    .where(ProjectRow.name == bindparam("project"), RunRow.name == bindparam("name"))
-)
 
 
 class SqlStore(SeriesMixin, Store):
@@ -246,17 +238,6 @@ class SqlStore(SeriesMixin, Store):
             if not rows:
                 raise _run_not_found(project, name)
             return self._one(conn, rows)
-
-    def ingest_target(self, project: str, name: str) -> tuple[int, dict[str, Any] | None]:
-        """One statement in one read transaction, where find_run and get_group take two of each (issue 16:
-        py-spy gave them 7% of a 512-point batch on SQLite, 11% on PostgreSQL)."""
-        with managed(self.engine, f"find run {project}/{name}") as conn:
-            row = conn.execute(_INGEST_TARGET, {"project": project, "name": name}).first()
-        if row is None:
-            raise _run_not_found(project, name)
-        if row.gid is None:
-            return int(row.id), None
-        return int(row.id), repair.thresholds(row.thresholds, f"group id {row.gid} thresholds")
 
     def list_runs(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import uuid
 from typing import Any
 
 import numpy as np
@@ -257,18 +258,26 @@ def test_the_columns_body_round_trips_every_point(raw: list[Any]) -> None:
     assert (batch_id, run) == ("batch-cols-03", "r-1") and same(cols, PointColumns.from_points(pts))
 
 
-def test_ingest_target_reads_what_find_run_and_get_group_read(store: SqlStore) -> None:
-    """The ingest route's one-statement look-up agrees with the two it replaces, a broken group row included."""
+def test_ingest_reads_the_thresholds_find_run_and_get_group_read(store: SqlStore) -> None:
+    """The batch's one-statement look-up of its run (inside its transaction) gives the detectors the
+    thresholds the two reads it replaces give, a broken group row included."""
     store.upsert_group("p", "g", {"thresholds": {"max_vio_limit": 3.5}})
     grouped, _ = store.upsert_run("p", "r", {"group": "g"})
     alone, _ = store.upsert_run("p", "solo", {})
     assert grouped.group_id is not None
+    seen: list[tuple[int, object]] = []
+
+    def target(name: str) -> tuple[int, object]:
+        seen.clear()
+        store.ingest_named("p", name, uuid.uuid4().hex, [Point("loss", 0, 1.0)], lambda r, t: seen.append((r, t)))
+        return seen[0]
+
     for run in (grouped, alone):
         want = store.get_group(run.group_id).thresholds if run.group_id is not None else None
-        assert store.ingest_target("p", run.name) == (run.id, want)
-    assert store.ingest_target("p", "r")[1] == {"max_vio_limit": 3.5}
+        assert target(run.name) == (run.id, want)
+    assert target("r")[1] == {"max_vio_limit": 3.5}
     with store.engine.begin() as conn:
         conn.execute(text("UPDATE groups SET thresholds = 'null' WHERE id = :g"), {"g": grouped.group_id})
-    assert store.ingest_target("p", "r") == (grouped.id, store.get_group(grouped.group_id).thresholds)
+    assert target("r") == (grouped.id, store.get_group(grouped.group_id).thresholds)
     with pytest.raises(NotFoundError, match="POST /api/v1/runs"):
-        store.ingest_target("other", "r")
+        target("other")
