@@ -297,14 +297,18 @@ def load_series(store: SqlStore, run_id: int, name_id: int, n: int) -> None:
             yield (run_id, name_id, 0, c, nonfinite, blob)
 
     step = 1_000_000
+    mark = "%s" if pg else "?"
     with store.engine.begin() as conn:
         raw = conn.connection.dbapi_connection
         assert raw is not None
         for lo in range(0, edge, step):
+            if not pg:
+                sql = f"INSERT INTO metric_chunks VALUES ({', '.join([mark] * 6)})"
+                conn.exec_driver_sql(sql, list(chunk_rows(lo, min(edge, lo + step))))
+                continue
             with raw.cursor() as cur, cur.copy("COPY metric_chunks FROM STDIN") as copy:  # type: ignore[attr-defined]
                 for row in chunk_rows(lo, min(edge, lo + step)):
                     copy.write_row(row)
-        mark = "%s" if pg else "?"
         for lo in range(edge, n, step):
             tail = [(run_id, name_id, 0, s, s * 4096, value(s)) for s in range(lo, min(n, lo + step))]
             conn.exec_driver_sql(f"INSERT INTO metric_points VALUES ({', '.join([mark] * 6)})", tail)

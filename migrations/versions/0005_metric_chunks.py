@@ -19,14 +19,10 @@ Create Date: 2026-11-24
 
 from __future__ import annotations
 
-from itertools import groupby
-
 import sqlalchemy as sa
 from alembic import op
 
-from hyperwatch.monitor.store import chunks
-from hyperwatch.monitor.store.compact import COMPACTING_DIALECTS, boundary
-from hyperwatch.monitor.store.models import CHUNK_STEPS
+from hyperwatch.monitor.store import packing
 
 revision = "0005_metric_chunks"
 down_revision = "0004_alert_source"
@@ -34,8 +30,6 @@ branch_labels = None
 depends_on = None
 
 SmallId = sa.SmallInteger().with_variant(sa.Integer(), "sqlite")
-KEY = "run_id = :r AND name_id = :n AND layer = :l"
-_BATCH = 5_000
 
 
 def upgrade() -> None:
@@ -72,48 +66,14 @@ def upgrade() -> None:
             "WHERE s.run_id = p.run_id AND s.name_id = p.name_id AND s.layer = p.layer)"
         )
     )
-    if conn.dialect.name not in COMPACTING_DIALECTS:
-        return  # SQLite keeps one row per point (see monitor.store.compact)
-    series = conn.execute(sa.text("SELECT run_id, name_id, layer, step FROM series_latest ORDER BY 1, 2, 3")).all()
-    insert = sa.text(
-        "INSERT INTO metric_chunks (run_id, name_id, layer, chunk, nonfinite, data) VALUES (:r, :n, :l, :c, :f, :d)"
-    )
-    pending: list[dict[str, object]] = []
-    for r, n, la, latest in series:
-        edge = boundary(int(latest))
-        key = {"r": r, "n": n, "l": la, "e": edge}
-        rows = conn.execute(
-            sa.text(f"SELECT step, tokens, value FROM metric_points WHERE {KEY} AND step < :e ORDER BY step"), key
-        )
-        for c, pts in groupby(((int(s), t, v) for s, t, v in rows), key=lambda p: p[0] // CHUNK_STEPS):
-            blob, nonfinite = chunks.encode(c, list(pts))
-            pending.append({"r": r, "n": n, "l": la, "c": c, "f": nonfinite, "d": blob})
-        if len(pending) >= _BATCH:
-            conn.execute(insert, pending)
-            pending = []
-        conn.execute(sa.text(f"DELETE FROM metric_points WHERE {KEY} AND step < :e"), key)
-    if pending:
-        conn.execute(insert, pending)
+    if conn.dialect.name == "postgresql":  # SQLite kept its rows until revision 0006
+        packing.pack_sealed(conn)
 
 
 def downgrade() -> None:
     conn = op.get_bind()
     if conn.dialect.name == "postgresql":
         op.execute("ALTER TABLE series_latest RESET (fillfactor)")
-    insert = sa.text(
-        "INSERT INTO metric_points (run_id, name_id, layer, step, tokens, value) VALUES (:r, :n, :l, :s, :t, :v)"
-    )
-    pending: list[dict[str, object]] = []
-    for r, n, la, c, blob in conn.execute(
-        sa.text("SELECT run_id, name_id, layer, chunk, data FROM metric_chunks ORDER BY 1, 2, 3, 4")
-    ).all():
-        pending += [
-            {"r": r, "n": n, "l": la, "s": s, "t": t, "v": v} for s, t, v in chunks.decode(int(c), bytes(blob))
-        ]
-        if len(pending) >= _BATCH:
-            conn.execute(insert, pending)
-            pending = []
-    if pending:
-        conn.execute(insert, pending)
+    packing.unpack(conn)
     op.drop_index("ix_metric_chunks_nonfinite", table_name="metric_chunks")
     op.drop_table("metric_chunks")

@@ -26,6 +26,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
+from hyperwatch.monitor.store import packing
+
 revision = "0006_pending_batches"
 down_revision = "0005_metric_chunks"
 branch_labels = None
@@ -49,14 +51,20 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("run_id", "name_id", "token", name="pk_point_batches"),
         sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name="fk_point_batches_run_id_runs", ondelete="CASCADE"),
     )
-    if op.get_bind().dialect.name == "postgresql":
+    conn = op.get_bind()
+    if conn.dialect.name == "postgresql":
         op.execute(f"CREATE VIEW hot_points AS {_ROWS} UNION ALL {_PENDING}")
+    else:
+        packing.pack_sealed(conn)
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
+    conn = op.get_bind()
+    if conn.dialect.name == "postgresql":
         op.execute(f"INSERT INTO metric_points (run_id, name_id, layer, step, tokens, value) {_PENDING}")
         op.execute("DROP VIEW hot_points")
+    else:
+        packing.unpack(conn)
     op.drop_table("point_batches")
     op.execute("ALTER TABLE runs DROP COLUMN prior_token")
     op.execute("ALTER TABLE runs DROP COLUMN ingest_token")

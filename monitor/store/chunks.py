@@ -33,7 +33,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from hyperwatch.monitor.store.bulk import read_in_ranges
-from hyperwatch.monitor.store.models import CHUNK_STEPS, COMPACTING_DIALECTS, NONFINITE_PREDICATE, hot_relation
+from hyperwatch.monitor.store.models import CHUNK_STEPS, NONFINITE_PREDICATE, hot_relation
 
 Cand = tuple[int, int | None, float | None]  # step, tokens, sql value (None = NaN)
 KEY = "run_id = :run_id AND name_id = :name_id AND layer = :layer"
@@ -225,8 +225,6 @@ def points_in_ranges(
     """(name_id, layer, step, tokens, value) of every point in (name_id, layer, first step, last step) ranges."""
     hot = hot_relation(conn.dialect.name)
     out = list(read_in_ranges(conn, run_id, "t.step, t.tokens, t.value", hot, "step", "", ranges))
-    if conn.dialect.name not in COMPACTING_DIALECTS:
-        return out  # no chunks are written there
     by_chunk = [(n, la, a // CHUNK_STEPS, b // CHUNK_STEPS) for n, la, a, b in ranges]
     found = read_in_ranges(conn, run_id, "t.chunk, t.data", "metric_chunks", "chunk", "", by_chunk)
     bounds: dict[tuple[int, int], list[tuple[int, int]]] = {}

@@ -11,10 +11,18 @@ sealed boundary ``((L + 1) // CHUNK_STEPS) * CHUNK_STEPS`` live in chunks and th
 - a point below the old boundary (a late step or an overwrite) rewrites its chunk: the stored chunk
   decoded, the point merged, the chunk encoded again (rare: training appends).
 
-Only the writer of a series moves its points, and the writer holds its ``series_latest`` row
-locked to commit (:func:`points._lock_latest`), so the boundary it reads is the one it moves.
-The chunks written are returned with their full contents, so the rollups of the blocks they seal
-are computed from memory instead of read back.
+Only the writer of a run moves its points, and the writer holds the run's row locked to commit
+(:mod:`monitor.store.ingest`), so the boundary it reads is the one it moves. The chunks written are
+returned with their full contents, so the rollups of the blocks they seal are computed from memory
+instead of read back.
+
+Both databases pack (SQLite since revision 0006). Chunks are compact (~17 B a point on SQLite, ~28
+on PostgreSQL, against ~31.5 and ~94 for rows), and they keep the table that every batch writes
+small: on SQLite, with the key order (run, name, layer, step), a batch of one step for 512 series
+wrote into a leaf page of every series of the big table, ~1-2 MB of WAL per commit; into the hot
+table of at most 16 steps per series it dirties ~10 times fewer pages, and a sealed chunk is one
+short row (issue 16, measured with 1,000 steps of 512 points through the store: 7.9 -> 4.9 ms per
+batch, where the raw one-row-per-point insert takes 4.6-5.7 ms).
 """
 
 from __future__ import annotations
@@ -140,6 +148,9 @@ def _copy_chunks(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
     """New chunk rows by binary COPY: no row can hold their key yet (chunks at or past a series'
     boundary do not exist, and the series is locked), and bytea travels as its raw bytes."""
     if not rows:
+        return
+    if conn.dialect.name != "postgresql":
+        conn.exec_driver_sql(f"INSERT INTO metric_chunks ({', '.join(CHUNK_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)", rows)
         return
     raw = conn.connection.dbapi_connection
     assert raw is not None

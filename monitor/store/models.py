@@ -95,12 +95,13 @@ ROLLUP_LEVELS: dict[int, int] = {1: 16, 2: 256, 3: 4096}
 CHUNK_STEPS = 16
 """Steps per ``metric_chunks`` row: the level-1 rollup width, so a chunk seals when its rollup block does."""
 
-COMPACTING_DIALECTS = frozenset({"postgresql"})
-"""Where sealed points move into chunks and new steps wait as pending batches. Not SQLite: its
-one-row-per-point table is already 31.5 B/point (a ``WITHOUT ROWID`` row is its index entry,
-varint-packed), and moving the rows costs its in-process ingest ~5 us a point (measured: 19 B/point
-with chunks, but ~25% fewer points/s through the store at 4,096-point batches). Every read handles
-both layouts, so the choice is the writer's."""
+COMPACTING_DIALECTS = frozenset({"postgresql", "sqlite"})
+"""Where sealed points move into chunks (both, since revision 0006: see :mod:`monitor.store.compact`)."""
+
+PENDING_DIALECTS = frozenset({"postgresql"})
+"""Where a batch of new steps waits as one row of arrays per name (:mod:`monitor.store.pending`): the
+reads unnest them in SQL, which SQLite cannot; its in-process inserts of rows into a small hot table
+cost it little (measured: see compact.py)."""
 
 HOT_POINTS = "hot_points"
 """PostgreSQL's view of every hot point: ``metric_points`` rows and pending batches' elements (0006)."""
@@ -108,7 +109,7 @@ HOT_POINTS = "hot_points"
 
 def hot_relation(dialect: str) -> str:
     """What a read of hot points selects from (see :mod:`monitor.store.pending`)."""
-    return HOT_POINTS if dialect in COMPACTING_DIALECTS else "metric_points"
+    return HOT_POINTS if dialect in PENDING_DIALECTS else "metric_points"
 
 
 SmallId = SmallInteger().with_variant(Integer(), "sqlite")

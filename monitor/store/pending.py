@@ -90,6 +90,10 @@ class Taken:
         return len(self.step)
 
 
+_EMPTY = np.empty(0, dtype=np.int64)
+NONE = Taken(_EMPTY, _EMPTY, _EMPTY, _EMPTY, np.empty(0, dtype=np.float64))
+
+
 def take(conn: Connection, run_id: int) -> Taken:
     """Delete the run's pending rows and return their points (none: empty columns)."""
     raw = conn.connection.dbapi_connection

@@ -35,7 +35,7 @@ from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import pending
 from hyperwatch.monitor.store.bulk import Float8Array, Int4Array, Int8Array, bulk_write, copy_binary
 from hyperwatch.monitor.store.compact import CHUNK_STEPS, Known, compacts, store_sealed
-from hyperwatch.monitor.store.models import ROLLUP_LEVELS, RUN_LEVEL_LAYER, IngestedBatchRow
+from hyperwatch.monitor.store.models import PENDING_DIALECTS, ROLLUP_LEVELS, RUN_LEVEL_LAYER, IngestedBatchRow
 from hyperwatch.monitor.store.rollups import PointRow, seal_rollups
 
 _POINT_COLUMNS = ("run_id", "name_id", "layer", "step", "tokens", "value")
@@ -210,12 +210,12 @@ def write_points(
         hot = batch.step >= batch.per_row(edge_after)
         # most batches seal no chunk: new steps only, and no chunk to seal, make one pending row per name
         touched = (edge_after > edge_before) | (np.add.reduceat(~hot, batch.starts) > 0)
-        if fresh.all() and not touched.any():
+        if fresh.all() and not touched.any() and conn.dialect.name in PENDING_DIALECTS:
             pending.append(conn, run_id, token, batch.ids, batch.layer, batch.step, batch.tokens, batch.value)
         else:
             # the run's pending points first: those of the chunks this batch seals go into them, the
             # rest become rows, written with the batch's own new hot steps in one COPY
-            taken = pending.take(conn, run_id)
+            taken = pending.take(conn, run_id) if conn.dialect.name in PENDING_DIALECTS else pending.NONE
             sealing = _sealing(batch, taken, touched, edge_after)
             _insert_points(conn, run_id, batch, hot & fresh, hot & ~fresh, (taken, ~sealing))
             moved = len(taken)

@@ -202,12 +202,16 @@ def test_hot_table_is_vacuumed_on_postgresql(store: SqlStore) -> None:
     assert store.hot_vacuum.runs == (1 if store.engine.dialect.name == "postgresql" else 0)
 
 
-def test_sqlite_keeps_one_row_per_point(sqlite_store: SqlStore) -> None:
+def test_sqlite_packs_sealed_points_too(sqlite_store: SqlStore) -> None:
+    """Since revision 0006 (see store.compact): 100 steps are 6 chunks and 4 hot rows."""
     run, _ = sqlite_store.upsert_run("default", "rows", {})
-    sqlite_store.ingest(run.id, uuid.uuid4().hex, [Point("loss", s, float(s)) for s in range(100)])
+    for step in range(100):  # one step per batch: the hot rows move into a chunk at every 16th
+        sqlite_store.ingest(run.id, uuid.uuid4().hex, [Point("loss", step, float(step))])
     with sqlite_store.engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM metric_points")).scalar() == 100
-        assert conn.execute(text("SELECT count(*) FROM metric_chunks")).scalar() == 0
+        assert conn.execute(text("SELECT step FROM metric_points")).scalars().all() == [96, 97, 98, 99]
+        assert conn.execute(text("SELECT chunk FROM metric_chunks ORDER BY chunk")).scalars().all() == list(range(6))
+    got = sqlite_store.series(run.id, "loss", None, 1000, None, None).points
+    assert [(p.step, p.value) for p in got] == [(s, float(s)) for s in range(100)]
 
 
 def test_a_read_straddling_a_compaction_sees_every_point_once(store: SqlStore) -> None:

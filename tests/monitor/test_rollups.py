@@ -138,7 +138,7 @@ def test_concurrent_writers_of_the_same_blocks_stay_exact(store: SqlStore) -> No
 
 
 def _assert_split_at_boundary(store: SqlStore) -> None:
-    """PostgreSQL: chunks are in play, and every hot row lies at or past its series' sealed boundary."""
+    """Chunks are in play, and every hot point lies at or past its series' sealed boundary."""
     with store.engine.connect() as conn:
         n_chunks = conn.execute(text("SELECT count(*) FROM metric_chunks")).scalar()
         late = conn.execute(
@@ -148,10 +148,7 @@ def _assert_split_at_boundary(store: SqlStore) -> None:
                 f"AND s.name_id = p.name_id AND s.layer = p.layer WHERE p.step < (s.step + 1) / {W} * {W}"
             )
         ).scalar()
-    if store.engine.dialect.name == "postgresql":
-        assert n_chunks and late == 0
-    else:
-        assert n_chunks == 0  # SQLite keeps one row per point
+    assert n_chunks and late == 0  # both databases pack sealed points (SQLite since revision 0006)
 
 
 def _same(a: Row, b: Row) -> bool:
