@@ -6,7 +6,7 @@ Keys are compact integers everywhere: metric names are interned in ``metric_name
 id), run-level points use ``layer = -1`` instead of NULL so keys stay NOT NULL, steps are BIGINT.
 
 On PostgreSQL a point lives in one of three places (:mod:`monitor.store.compact` and
-:mod:`monitor.store.pending` keep the split exact; SQLite keeps every point in ``metric_points``):
+:mod:`monitor.store.pending` keep the split exact; SQLite in the last two, since revision 0006):
 
 - ``point_batches``, one row per batch and metric name, its layers, steps, tokens and values as
   arrays: the *pending* points, new steps of a batch that seals no chunk (steady training: 15
@@ -39,9 +39,9 @@ rollups 11.2, ``series_latest`` 0.14 (fillfactor 50: its rows are rewritten by e
 ids 0.4, the rest 0.5. The hot tables cost a fixed amount per series (less than one chunk's worth
 of points plus what was deleted since the last vacuum: :mod:`monitor.store.hot`), so a short run
 pays more per point: 102,400 points measure 34 B/point (3.4 of them the empty schema).
-SQLite keeps one row per point: ``WITHOUT ROWID`` tables, clustered on the primary key (a row *is*
-its index entry, varint-packed), 31.5-31.9 B/point on the same workload. Chunks would bring it to
-19 B/point but cost its in-process ingest ~25% (:data:`monitor.store.compact.COMPACTING_DIALECTS`).
+SQLite packs sealed points into chunks too (``WITHOUT ROWID`` tables, clustered on the primary key:
+a row *is* its index entry, varint-packed): ~17 B/point on the same workload, against 31.5-31.9
+with one row per point before revision 0006; why it packs is in :mod:`monitor.store.compact`.
 
 Non-finite values: ``value`` is an IEEE double; +Inf and -Inf are stored as themselves on both
 databases. NaN is stored as SQL NULL (``value`` is otherwise never NULL). Why not a NaN double on
@@ -54,7 +54,7 @@ NULL, so a chunked point reads exactly like a row.
 
 ``metric_rollups`` keeps min and max (with their steps) per block of 16, 256 and 4096 steps so a
 2,000-bucket read of a 10^7-point series touches a few thousand rollup rows instead of 10^7 points
-(bench/ingest.py: 31 ms on PostgreSQL from packed chunks, 27 ms on SQLite from rows). Chunks
+(bench/ingest.py: ~30 ms on PostgreSQL and ~15-27 ms on SQLite). Chunks
 carry a count of their NaN/Inf points and a partial index over the ones that have any, as
 ``metric_points`` has for its rows.
 """
