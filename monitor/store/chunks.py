@@ -154,9 +154,11 @@ def decode_rows(rows: Iterable[tuple[int, bytes]], lo: int, hi: int) -> list[Can
 # -- reads of one series (params: run_id, name_id, layer) -----------------------------------------
 
 
-def _chunk_rows(conn: Connection, params: dict[str, Any], lo: int, hi: int, where: str = "", order: str = "") -> Any:
+def _chunk_rows(
+    conn: Connection, params: dict[str, Any], lo: int, hi: int, where: str = "", order: str = "", hint: str = ""
+) -> Any:
     sql = (
-        f"SELECT chunk, data FROM metric_chunks WHERE {KEY} AND chunk >= :ca AND chunk <= :cb{where} "
+        f"SELECT chunk, data FROM metric_chunks{hint} WHERE {KEY} AND chunk >= :ca AND chunk <= :cb{where} "
         f"ORDER BY chunk{order}"
     )
     return conn.execute(text(sql), {**params, "ca": lo // CHUNK_STEPS, "cb": hi // CHUNK_STEPS})
@@ -203,15 +205,19 @@ def end_point(conn: Connection, params: dict[str, Any], first: bool) -> Cand | N
 
 
 def nonfinite(conn: Connection, params: dict[str, Any], lo: int, hi: int) -> list[Cand]:
-    """Every NaN/Inf point in [lo, hi]: the hot rows through their partial index, the chunks through theirs."""
-    hint = " INDEXED BY ix_metric_points_nonfinite" if conn.dialect.name == "sqlite" else ""
-    hot = hot_relation(conn.dialect.name)
+    """Every NaN/Inf point in [lo, hi]: the hot rows through their partial index, the chunks through theirs.
+
+    SQLite is told to use them (``INDEXED BY``): its planner otherwise walks the clustered primary
+    key over the whole range (a 10^7-point series' 625,000 chunks: ~50 ms).
+    """
+    sqlite = conn.dialect.name == "sqlite"
+    hot = hot_relation(conn.dialect.name) + (" INDEXED BY ix_metric_points_nonfinite" if sqlite else "")
     sql = (
-        f"SELECT step, tokens, value FROM {hot}{hint} WHERE {KEY} AND step >= :lo AND step <= :hi "
-        f"AND ({NONFINITE_PREDICATE})"
+        f"SELECT step, tokens, value FROM {hot} WHERE {KEY} AND step >= :lo AND step <= :hi AND ({NONFINITE_PREDICATE})"
     )
     out: list[Cand] = [(int(s), t, v) for s, t, v in conn.execute(text(sql), {**params, "lo": lo, "hi": hi})]
-    rows = _chunk_rows(conn, params, lo, hi, where=" AND nonfinite > 0")
+    hint = " INDEXED BY ix_metric_chunks_nonfinite" if sqlite else ""
+    rows = _chunk_rows(conn, params, lo, hi, where=" AND nonfinite > 0", hint=hint)
     out += [p for p in decode_rows(rows, lo, hi) if p[2] is None or not math.isfinite(p[2])]
     return out
 
