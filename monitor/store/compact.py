@@ -57,7 +57,7 @@ _COPY_CHUNKS = f"COPY metric_chunks ({', '.join(CHUNK_COLUMNS)}) FROM STDIN (FOR
 _DELETE_SQLITE = "DELETE FROM metric_points WHERE run_id = ? AND name_id = ? AND layer = ? AND step >= ? AND step <= ?"
 
 
-__all__ = ["COMPACTING_DIALECTS", "boundary", "compacts", "store_sealed"]
+__all__ = ["COMPACTING_DIALECTS", "boundary", "compacts", "copy_chunks", "store_sealed", "take_hot"]
 
 
 def compacts(conn: Connection) -> bool:
@@ -96,7 +96,7 @@ def store_sealed(
     late = sorted({(r[0], r[1], r[2] // CHUNK_STEPS) for r in cold if r[2] < boundary(before[(r[0], r[1])])})
     if not take and not late and not cold:
         return {}, 0
-    moved = _take_hot(conn, run_id, take)
+    moved = take_hot(conn, run_id, take)
     groups: dict[tuple[int, int, int], list[Cand]] = {
         ckey: [r[2:] for r in rows] for ckey, rows in groupby(sorted([*moved, *taken]), key=_chunk_of)
     }
@@ -121,7 +121,7 @@ def store_sealed(
         out_rows.append((run_id, n, la, c, nonfinite, blob))
         listed[(n, la)] += pts
     rewritten = set(late)
-    _copy_chunks(conn, [r for r in out_rows if r[1:4] not in rewritten])
+    copy_chunks(conn, [r for r in out_rows if r[1:4] not in rewritten])
     bulk_write(
         conn,
         "metric_chunks",
@@ -144,7 +144,7 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _copy_chunks(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
+def copy_chunks(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
     """New chunk rows by binary COPY: no row can hold their key yet (chunks at or past a series'
     boundary do not exist, and the series is locked), and bytea travels as its raw bytes."""
     if not rows:
@@ -164,7 +164,7 @@ def _chunk_of(r: PointRow) -> tuple[int, int, int]:
     return r[0], r[1], r[2] // CHUNK_STEPS
 
 
-def _take_hot(conn: Connection, run_id: int, ranges: list[tuple[int, int, int, int]]) -> list[PointRow]:
+def take_hot(conn: Connection, run_id: int, ranges: list[tuple[int, int, int, int]]) -> list[PointRow]:
     """Delete the hot rows in (name_id, layer, first step, last step) ranges and return them."""
     if not ranges:
         return []

@@ -37,6 +37,7 @@ from hyperwatch.monitor.store.bulk import Float8Array, Int4Array, Int8Array, bul
 from hyperwatch.monitor.store.compact import CHUNK_STEPS, Known, compacts, store_sealed
 from hyperwatch.monitor.store.models import PENDING_DIALECTS, ROLLUP_LEVELS, RUN_LEVEL_LAYER, IngestedBatchRow
 from hyperwatch.monitor.store.rollups import PointRow, seal_rollups
+from hyperwatch.monitor.store.seal import Columns, seal_appended
 
 _POINT_COLUMNS = ("run_id", "name_id", "layer", "step", "tokens", "value")
 _POINT_TYPES = ("int", "int", "int", "bigint", "bigint", "float8")
@@ -58,6 +59,9 @@ _UPDATE_LATEST_PG = (
 _UPDATE_LATEST_SQLITE = (
     "UPDATE series_latest SET step = ?, value = ? WHERE run_id = ? AND name_id = ? AND layer = ? AND step <= ?"
 )
+SEAL_ON_COLUMNS = True
+"""Seal the chunks of appended steps on numpy columns (:mod:`monitor.store.seal`); the tests turn it
+off to check both paths write the same rows."""
 _COLS = ("ids", "layer", "step", "tokens", "value")
 _COPY_POINTS = f"COPY metric_points ({', '.join(_POINT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 _CLAIM = {
@@ -219,6 +223,22 @@ def write_points(
             sealing = _sealing(batch, taken, touched, edge_after)
             _insert_points(conn, run_id, batch, hot & fresh, hot & ~fresh, (taken, ~sealing))
             moved = len(taken)
+            if fresh.all() and SEAL_ON_COLUMNS:  # appended steps only: every chunk sealed is new
+                old = touched & (before >= 0)
+                ranges = list(
+                    zip(
+                        batch.ids[batch.starts][old].tolist(),
+                        batch.layer[batch.starts][old].tolist(),
+                        edge_before[old].tolist(),
+                        (edge_after[old] - 1).tolist(),
+                    )
+                )
+                mine = Columns(*(getattr(batch, c)[~hot] for c in _COLS))
+                theirs = Columns(*(getattr(taken, c)[sealing] for c in _COLS))
+                moved += seal_appended(conn, run_id, ranges, Columns.join([mine, theirs]))[0]
+                _write_latest(conn, run_id, batch, before, last >= before)
+                _seal_rollups(conn, run_id, batch, before, after, {}, from_level=2)
+                return moved, after
             if touched.any():
                 ids, layers = batch.ids[batch.starts][touched].tolist(), batch.layer[batch.starts][touched].tolist()
                 keys = list(zip(ids, layers))
@@ -239,15 +259,23 @@ def write_points(
 
 
 def _seal_rollups(
-    conn: Connection, run_id: int, batch: SortedBatch, before: np.ndarray, after: np.ndarray, known: Known
+    conn: Connection,
+    run_id: int,
+    batch: SortedBatch,
+    before: np.ndarray,
+    after: np.ndarray,
+    known: Known,
+    from_level: int = 1,
 ) -> None:
-    """:func:`rollups.seal_rollups` for the series that may seal or invalidate a block: those new to the
-    store, whose latest step crossed a level-1 block edge, or with a step below their sealed blocks'
-    end (the others need nothing at any level: the widths nest). Usually none, or all at once."""
-    first_width = ROLLUP_LEVELS[1]
+    """:func:`rollups.seal_rollups` (levels ``from_level`` and up) for the series that may seal or
+    invalidate a block: those new to the store, whose latest step crossed a block edge of that level,
+    or with a step below their sealed blocks' end (the others need nothing at any level: the widths
+    nest). Usually none, or all at once."""
+    first_width = ROLLUP_LEVELS[from_level]
     edge = (before + 1) // first_width
     first = batch.step[batch.starts]
-    busy = np.flatnonzero((before < 0) | ((after + 1) // first_width != edge) | (first < edge * first_width))
+    new = (before < 0) & (from_level == 1)
+    busy = np.flatnonzero(new | ((after + 1) // first_width != edge) | (first < edge * first_width))
     if not len(busy):
         return
     ids, layers = batch.ids[batch.starts].tolist(), batch.layer[batch.starts].tolist()
@@ -262,6 +290,7 @@ def _seal_rollups(
         {k: a_list[i] for i, k in keys.items()},
         {k: steps[starts[i] : ends[i]] for i, k in keys.items()},
         known,
+        from_level,
     )
 
 

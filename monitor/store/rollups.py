@@ -67,9 +67,9 @@ ROLLUP_COLUMNS = (
     "max_tokens",
     "max_value",
 )
-_ROLLUP_TYPES = ("int",) * 4 + ("bigint", "int") + ("bigint", "bigint", "float8") * 2
-_ROLLUP_KEY = ("run_id", "name_id", "layer", "level", "block")
-_REPLACE = ", ".join(f"{c} = excluded.{c}" for c in ROLLUP_COLUMNS[5:])
+ROLLUP_TYPES = ("int",) * 4 + ("bigint", "int") + ("bigint", "bigint", "float8") * 2
+ROLLUP_KEY = ("run_id", "name_id", "layer", "level", "block")
+ROLLUP_REPLACE = ", ".join(f"{c} = excluded.{c}" for c in ROLLUP_COLUMNS[5:])
 
 
 def _better(value: float | None, step: int, best_value: float | None, best_step: int | None, less: bool) -> bool:
@@ -190,12 +190,14 @@ def seal_rollups(
     latest_after: Mapping[SeriesKey, int],
     steps: Mapping[SeriesKey, Collection[int]],
     known: Mapping[SeriesKey, tuple[list[tuple[int, int]], list[Cand]]] | None = None,
+    from_level: int = 1,
 ) -> int:
     """Write the rollup rows a batch seals or invalidates (see the module doc); returns how many were written.
 
     ``latest_before``/``latest_after``: each touched series' latest step before and after the batch;
     ``steps``: the steps the batch wrote per series; ``known``: per series, chunk ranges the batch has
-    just written and all their points (level 1 over them is computed without reading them back).
+    just written and all their points (level 1 over them is computed without reading them back);
+    ``from_level``: the finest level to write (the levels below are written already).
     One read and one write statement per level at most.
     """
     written = 0
@@ -220,7 +222,7 @@ def seal_rollups(
                 else:
                     todo.append((key[0], key[1], b0 * ratio, (b1 + 1) * ratio - 1))
         prev_width = width
-        if not todo:
+        if not todo or level < from_level:
             continue
         accs: dict[tuple[int, int, int], Acc] = {}
         if level == 1:
@@ -235,7 +237,7 @@ def seal_rollups(
                 k = (n, la, blk // ratio)
                 accs[k] = _fold(accs.get(k), cnt, (s0, t0, v0), (s1, t1, v1))
         out_rows = [(run_id, k[0], k[1], level, k[2], *a) for k, a in sorted(accs.items())]
-        bulk_write(conn, "metric_rollups", ROLLUP_COLUMNS, _ROLLUP_TYPES, out_rows, _ROLLUP_KEY, _REPLACE)
+        bulk_write(conn, "metric_rollups", ROLLUP_COLUMNS, ROLLUP_TYPES, out_rows, ROLLUP_KEY, ROLLUP_REPLACE)
         written += len(out_rows)
     return written
 
