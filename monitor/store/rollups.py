@@ -95,6 +95,13 @@ def _fold(acc: Acc | None, n: int, lo: tuple[Any, Any, Any], hi: tuple[Any, Any,
     return acc
 
 
+def extremes(steps: np.ndarray, values: np.ndarray, group: np.ndarray, starts: np.ndarray) -> tuple[Any, Any]:
+    """Per group of rows (``group`` ascending, group ``g`` starting at row ``starts[g]``): the row of its
+    minimum and of its maximum value, the earlier step winning a tie; NaN sorts last, so a group's
+    pick is NaN only when all its values are."""
+    return np.lexsort((steps, values, group))[starts], np.lexsort((steps, -values, group))[starts]
+
+
 def _level1(rows: Sequence[PointRow]) -> dict[tuple[int, int, int], Acc]:
     """Level-1 accumulators of key-sorted point rows, on whole columns: per block the first row in
     (value, step) order is its minimum and in (-value, step) order its maximum (NaN sorts last, so it
@@ -108,11 +115,9 @@ def _level1(rows: Sequence[PointRow]) -> dict[tuple[int, int, int], Acc]:
     blocks = steps // width
     new = np.ones(len(rows), dtype=bool)
     new[1:] = (ids[1:] != ids[:-1]) | (layers[1:] != layers[:-1]) | (blocks[1:] != blocks[:-1])
-    group = np.cumsum(new) - 1
     starts = np.flatnonzero(new)
     counts = np.diff(np.append(starts, len(rows))).tolist()
-    lows = np.lexsort((steps, values, group))[starts].tolist()
-    highs = np.lexsort((steps, -values, group))[starts].tolist()
+    lows, highs = (i.tolist() for i in extremes(steps, values, np.cumsum(new) - 1, starts))
     out: dict[tuple[int, int, int], Acc] = {}
     for i, first in enumerate(starts.tolist()):
         key = (name_id[first], layer[first], step[first] // width)

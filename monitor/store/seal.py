@@ -31,7 +31,7 @@ from hyperwatch.monitor.store import chunks
 from hyperwatch.monitor.store.bulk import bulk_write
 from hyperwatch.monitor.store.compact import copy_chunks, take_hot
 from hyperwatch.monitor.store.models import CHUNK_STEPS, ROLLUP_LEVELS
-from hyperwatch.monitor.store.rollups import ROLLUP_COLUMNS, ROLLUP_KEY, ROLLUP_REPLACE, ROLLUP_TYPES
+from hyperwatch.monitor.store.rollups import ROLLUP_COLUMNS, ROLLUP_KEY, ROLLUP_REPLACE, ROLLUP_TYPES, extremes
 
 assert ROLLUP_LEVELS[1] == CHUNK_STEPS, "a chunk is one level-1 rollup block"
 _TOKENS_MAX = 2**58  # linear tokens checked in int64 without overflow: |t0 + dt * 15| stays below 2^63
@@ -150,9 +150,7 @@ def _level1_rows(
     run_id: int, cols: Columns, chunk: np.ndarray, starts: np.ndarray, counts: np.ndarray
 ) -> list[tuple[Any, ...]]:
     """The level-1 rollup row of each chunk (``ROLLUP_COLUMNS`` order)."""
-    group = np.repeat(np.arange(len(starts)), counts)
-    lows = np.lexsort((cols.step, cols.value, group))[starts]
-    highs = np.lexsort((cols.step, -cols.value, group))[starts]
+    lows, highs = extremes(cols.step, cols.value, np.repeat(np.arange(len(starts)), counts), starts)
     step, tokens, value = cols.step.tolist(), cols.tokens.tolist(), cols.value.tolist()
     ids, layers, blocks, n = (
         cols.ids[starts].tolist(),
