@@ -103,8 +103,10 @@ def _lock_statement(by_name: bool, has_points: bool) -> Any:
         target = bindparam("b_run_id")
     # SET reads the row version it updates (the newest, after any writer this one waited for), so
     # prior_token is the token as this writer found it; a subquery would read the statement's snapshot
-    values: dict[str, Any] = {"prior_token": RunRow.ingest_token, "ingest_token": bindparam("b_token")}
+    # (a batch without points changes no point: it keeps the token, and so every cache of the run)
+    values: dict[str, Any] = {"prior_token": RunRow.ingest_token}
     if has_points:
+        values["ingest_token"] = bindparam("b_token")
         top = bindparam("b_max_step", type_=BigInteger)
         last = RunRow.last_step
         values["last_step"] = case((last.is_(None), top), (last < top, top), else_=last)
@@ -130,15 +132,14 @@ def new_token() -> int:
 def lock_run(
     conn: Connection, run: int | tuple[str, str], max_step: int | None, token: int
 ) -> tuple[int, int, dict[str, Any] | None]:
-    """Lock the run's row, record its progress and swap its ingest token for ``token``.
+    """Lock the run's row, record its progress and swap its ingest token for ``token`` (not without points).
 
     ``run``: an id, or (project, name). ``max_step``: the batch's highest step (None: no points).
     Returns the run's id, the token the row held, and the run's group thresholds (None: no group).
     """
     params: dict[str, Any] = {"b_project": run[0], "b_name": run[1]} if isinstance(run, tuple) else {"b_run_id": run}
-    params["b_token"] = token
     if max_step is not None:
-        params.update(b_max_step=max_step, b_now=now_utc())
+        params.update(b_token=token, b_max_step=max_step, b_now=now_utc())
     row = conn.execute(_LOCK[(isinstance(run, tuple), max_step is not None)], params).first()
     if row is None:
         if isinstance(run, tuple):

@@ -186,3 +186,20 @@ def test_downgrade_turns_pending_points_into_rows(pg_store: SqlStore) -> None:
     store.latest_steps = type(store.latest_steps)()  # a new process: the run's ingest_seq restarted at 0
     _step(store, run.id, ref, W + 4)
     _check(store, run.id, ref)
+
+
+def test_a_batch_without_points_keeps_the_runs_cached_steps(db_url: str) -> None:
+    """An empty batch changes no point, so it keeps the run's ingest token and every cache of the run."""
+    store = SqlStore(db_url)
+    migrate.upgrade(store.engine)
+    try:
+        run, _ = store.upsert_run("default", "empty", {})
+        store.ingest(run.id, "batch-one", [Point("loss", 0, 1.0)])
+        store.ingest(run.id, "batch-empty", [])
+        hits = store.latest_steps.hits
+        store.ingest(run.id, "batch-two", [Point("loss", 1, 2.0)])
+        assert store.latest_steps.hits == hits + 1
+        got = {p.step: p.value for p in store.series(run.id, "loss", None, 100, None, None).points}
+        assert got == {0: 1.0, 1: 2.0}
+    finally:
+        store.close()
