@@ -25,13 +25,13 @@ no point ever becomes a ``metric_points`` row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 from sqlalchemy.engine import Connection
 
 from hyperwatch.monitor.store.bulk import Float8Array, Int2Array, Int8Array, array_values, register_array_bytes
+from hyperwatch.monitor.store.seal import Columns
 
 _ARRAY_OIDS = (1005, 1016, 1022)  # int2[], int8[], float8[]
 _TAKE = "DELETE FROM point_batches WHERE run_id = %s RETURNING name_id, layer, step, tokens, value"
@@ -76,25 +76,7 @@ def append(
     conn.exec_driver_sql(_append_sql(len(starts)), tuple(params))
 
 
-@dataclass(frozen=True)
-class Taken:
-    """The points of a run's pending batches, key-sorted (columns as :class:`points.SortedBatch` has them)."""
-
-    ids: np.ndarray
-    layer: np.ndarray
-    step: np.ndarray
-    tokens: np.ndarray
-    value: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.step)
-
-
-_EMPTY = np.empty(0, dtype=np.int64)
-NONE = Taken(_EMPTY, _EMPTY, _EMPTY, _EMPTY, np.empty(0, dtype=np.float64))
-
-
-def take(conn: Connection, run_id: int) -> Taken:
+def take(conn: Connection, run_id: int) -> Columns:
     """Delete the run's pending rows and return their points (none: empty columns)."""
     raw = conn.connection.dbapi_connection
     assert raw is not None
@@ -103,13 +85,11 @@ def take(conn: Connection, run_id: int) -> Taken:
         cur.execute(_TAKE, (run_id,))
         found = cur.fetchall()
     if not found:
-        empty = np.empty(0, dtype=np.int64)
-        return Taken(empty, empty, empty, empty, np.empty(0, dtype=np.float64))
+        return Columns.empty()
     layers = [array_values(r[1], "int2").astype(np.int64) for r in found]
     ids = np.repeat(np.array([r[0] for r in found], dtype=np.int64), [len(la) for la in layers])
     layer = np.concatenate(layers)
     step = np.concatenate([array_values(r[2], "int8") for r in found])
     tokens = np.concatenate([array_values(r[3], "int8") for r in found])
     value = np.concatenate([array_values(r[4], "float8") for r in found])
-    order = np.lexsort((step, layer, ids))
-    return Taken(ids[order], layer[order], step[order], tokens[order], value[order])
+    return Columns.join([Columns(ids, layer, step, tokens, value)])

@@ -219,7 +219,7 @@ def write_points(
         else:
             # the run's pending points first: those of the chunks this batch seals go into them, the
             # rest become rows, written with the batch's own new hot steps in one COPY
-            taken = pending.take(conn, run_id) if conn.dialect.name in PENDING_DIALECTS else pending.NONE
+            taken = pending.take(conn, run_id) if conn.dialect.name in PENDING_DIALECTS else Columns.empty()
             sealing = _sealing(batch, taken, touched, edge_after)
             _insert_points(conn, run_id, batch, hot & fresh, hot & ~fresh, (taken, ~sealing))
             moved = len(taken)
@@ -329,7 +329,7 @@ def _latest(batch: SortedBatch, rows: np.ndarray) -> list[tuple[int, int, int, f
     ]
 
 
-def _sealing(batch: SortedBatch, taken: pending.Taken, touched: np.ndarray, edge_after: np.ndarray) -> np.ndarray:
+def _sealing(batch: SortedBatch, taken: Columns, touched: np.ndarray, edge_after: np.ndarray) -> np.ndarray:
     """Which pending points lie in a chunk the batch seals: their series is touched and they are below
     its new boundary (pending points are never below the old one)."""
     if not len(taken):
@@ -358,7 +358,7 @@ def _insert_points(
     batch: SortedBatch,
     fresh: np.ndarray,
     other: np.ndarray,
-    also: tuple[pending.Taken, np.ndarray] | None = None,
+    also: tuple[Columns, np.ndarray] | None = None,
 ) -> None:
     """Store the rows of ``fresh`` (keys not stored yet) and ``other`` (may exist: last write wins), and
     ``also``'s masked points (taken back from pending batches: stored nowhere else now).

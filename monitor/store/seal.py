@@ -39,7 +39,8 @@ _TOKENS_MAX = 2**58  # linear tokens checked in int64 without overflow: |t0 + dt
 
 @dataclass(frozen=True)
 class Columns:
-    """Key-sorted points (name id, layer, step, tokens with NULL_INT for none, value with NaN)."""
+    """Key-sorted points (name id, layer, step, tokens with NULL_INT for none, value with NaN): the
+    pending points taken back (:func:`pending.take`) and the points of the chunks a batch seals."""
 
     ids: np.ndarray
     layer: np.ndarray
@@ -53,12 +54,19 @@ class Columns:
         order = np.lexsort((cat[2], cat[1], cat[0]))
         return cls(*(c[order] for c in cat))
 
+    def __len__(self) -> int:
+        return len(self.step)
+
+    @classmethod
+    def empty(cls) -> Columns:
+        none = np.empty(0, dtype=np.int64)
+        return cls(none, none, none, none, np.empty(0, dtype=np.float64))
+
     @classmethod
     def of_rows(cls, rows: Sequence[tuple[Any, ...]]) -> Columns:
         """From (name_id, layer, step, tokens or None, value or None) rows."""
         if not rows:
-            empty = np.empty(0, dtype=np.int64)
-            return cls(empty, empty, empty, empty, np.empty(0, dtype=np.float64))
+            return cls.empty()
         n, la, s, t, v = zip(*rows)
         tokens = np.array([NULL_INT if x is None else x for x in t], dtype=np.int64)
         i64 = np.int64
