@@ -6,6 +6,7 @@ built here instead of read from an ini file relative to the current directory.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from alembic import command
@@ -50,17 +51,28 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    cfg = alembic_config(engine)
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+    _run(engine, command.upgrade, revision)
 
 
 def downgrade(engine: Engine, revision: str = "base") -> None:
+    _run(engine, command.downgrade, revision)
+
+
+def _run(engine: Engine, step: Callable[[Config, str], None], revision: str) -> None:
+    """Run one Alembic command in one write transaction.
+
+    The transaction is marked as a writer, so on SQLite it begins with ``BEGIN IMMEDIATE``: it takes
+    the write lock before Alembic's first read and waits its turn under the busy timeout. A deferred
+    one read the (empty) schema first, and when another connection committed anything in between (a
+    service opening the fresh file turns it to WAL), its first ``CREATE TABLE`` failed at once with
+    "database is locked" instead of waiting.
+    """
     cfg = alembic_config(engine)
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, revision)
+    with engine.connect() as conn:
+        conn.execution_options(hyperwatch_write=True)
+        with conn.begin():
+            cfg.attributes["connection"] = conn
+            step(cfg, revision)
 
 
 def check_schema(engine: Engine) -> None:

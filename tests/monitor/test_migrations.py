@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
-from sqlalchemy import inspect, text
+from sqlalchemy import event, inspect, text
 
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.core.config import Settings
@@ -58,6 +60,40 @@ def test_upgrade_then_downgrade(db_url: str) -> None:
         assert migrate.current_revision(store.engine) == migrate.head_revision()
     finally:
         store.close()
+
+
+def test_sqlite_upgrade_holds_the_write_lock_from_its_first_read(tmp_path: Path) -> None:
+    """Another connection that commits while Alembic is between reading and writing the schema
+    (a service opening the same fresh file) must wait for the upgrade, not fail it: a deferred
+    transaction's first CREATE TABLE would fail at once with "database is locked" (CI saw it)."""
+    path = tmp_path / "fresh.db"
+    store = SqlStore(f"sqlite:///{path}")
+    intruder: list[str] = []
+
+    def other_writer() -> None:
+        other = sqlite3.connect(path, timeout=0.3, isolation_level=None)
+        try:
+            other.execute("CREATE TABLE intruder (x INTEGER)")
+            intruder.append("committed")
+        except sqlite3.OperationalError as e:
+            intruder.append(str(e))
+        finally:
+            other.close()
+
+    def before(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if "CREATE TABLE alembic_version" in statement and not intruder:
+            t = threading.Thread(target=other_writer)
+            t.start()
+            t.join(30)
+
+    event.listen(store.engine, "before_cursor_execute", before)
+    try:
+        migrate.upgrade(store.engine)
+        assert migrate.current_revision(store.engine) == migrate.head_revision()
+    finally:
+        event.remove(store.engine, "before_cursor_execute", before)
+        store.close()
+    assert intruder == ["database is locked"]  # it waited for the upgrade's lock and gave up
 
 
 def test_models_match_migrations(db_url: str) -> None:
