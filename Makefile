@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/trainer_throughput.py
 	$(BIN)/python bench/hooks_overhead.py
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/migration.py
 	$(BIN)/python bench/dashboard.py
 	$(BIN)/python bench/demo_threads.py
 

@@ -218,3 +218,13 @@ def test_0005_moves_existing_points_into_chunks_and_back(db_url: str) -> None:
             assert chunks.all_points(conn) == sorted([*want, (1, 1, 0, 100, 1000, 7.0)])
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_migration_benchmark_round_trip_keeps_every_point(database: str) -> None:
+    """The short version of ``bench/migration.py``: a database filled at head, down to 0005 and up
+    again, reads back every point, NaN included (the script exits 1 otherwise)."""
+    args = [sys.executable, str(REPO / "bench" / "migration.py"), "--steps", "40"]
+    done = subprocess.run(args + (["--pg"] if database == "postgresql" else []), capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "20,480 of 20,480, identical: True" in done.stdout

@@ -183,7 +183,7 @@ def test_downgrade_turns_pending_points_into_rows(pg_store: SqlStore) -> None:
             rows += [(run.id, n, la, *p) for p in chunks.decode(c, bytes(blob))]
     assert sorted(rows) == before
     migrate.upgrade(store.engine)
-    store.latest_steps = type(store.latest_steps)()  # a new process: the run's ingest_seq restarted at 0
+    store.latest_steps = type(store.latest_steps)()  # a new process: nothing cached, every run at token 0
     _step(store, run.id, ref, W + 4)
     _check(store, run.id, ref)
 
