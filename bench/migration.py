@@ -26,12 +26,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 
+from bench.ingest import bytes_on_disk, pg_database
 from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.monitor.store import SqlStore, chunks, migrate
 
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 NAMES = ("attention_z", "router_z", "attn_rms", "mlp_rms", "outlier_rate", "max_vio", "q_rms", "k_rms")
 LAYERS = 64
 STEPS_PER_BATCH = 8  # 4,096 points per batch
@@ -70,20 +70,6 @@ def vacuum(url: str) -> None:
         engine.dispose()
 
 
-def size_bytes(url: str) -> int:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            if url.startswith("sqlite"):
-                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-                return int(conn.exec_driver_sql("PRAGMA page_count").scalar_one()) * int(
-                    conn.exec_driver_sql("PRAGMA page_size").scalar_one()
-                )
-            return int(conn.execute(text("SELECT pg_database_size(current_database())")).scalar_one())
-    finally:
-        engine.dispose()
-
-
 def timed(what: str, points: int, fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()
@@ -99,13 +85,13 @@ def run(url: str, steps: int) -> bool:
         migrate.upgrade(store.engine)
         timed(f"fill at head ({points:,} points)", points, lambda: fill(store, steps))
         before = snapshot(store)
-        print(f"{'size at head':<34} {size_bytes(url) / points:8.1f} bytes/point")
+        print(f"{'size at head':<34} {bytes_on_disk(url) / points:8.1f} bytes/point")
         timed("downgrade to 0005", points, lambda: migrate.downgrade(store.engine, "0005_metric_chunks"))
-        print(f"{'size at 0005':<34} {size_bytes(url) / points:8.1f} bytes/point")
+        print(f"{'size at 0005':<34} {bytes_on_disk(url) / points:8.1f} bytes/point")
         timed("upgrade 0005 -> 0006 (head)", points, lambda: migrate.upgrade(store.engine))
-        print(f"{'size at head again':<34} {size_bytes(url) / points:8.1f} bytes/point")
+        print(f"{'size at head again':<34} {bytes_on_disk(url) / points:8.1f} bytes/point")
         timed("VACUUM (gives freed pages back)", points, lambda: vacuum(url))
-        print(f"{'size after VACUUM':<34} {size_bytes(url) / points:8.1f} bytes/point")
+        print(f"{'size after VACUUM':<34} {bytes_on_disk(url) / points:8.1f} bytes/point")
         after = snapshot(store)
     finally:
         store.close()
@@ -124,16 +110,8 @@ def main() -> int:
     if not args.pg:
         with tempfile.TemporaryDirectory() as tmp:
             return 0 if run(f"sqlite:///{tmp}/migrate.db", args.steps) else 1
-    name = f"hw_bench_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        return 0 if run(PG_ADMIN.rsplit("/", 1)[0] + "/" + name, args.steps) else 1
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with pg_database() as url:
+        return 0 if run(url, args.steps) else 1
 
 
 if __name__ == "__main__":
