@@ -134,7 +134,7 @@ def attach(
     if isinstance(chunk_elements, bool) or not isinstance(chunk_elements, int) or chunk_elements < 1:
         raise ValueError(f"chunk_elements: must be a positive integer, got {chunk_elements!r}")
     plan = discover(model, adapter, attention, mlp, router, top_k)
-    n_layers = max(s.index for s in plan.layers) + 1
+    n_layers = max((s.index for s in plan.layers), default=-1) + 1
     full_config = dict(config or {})
     full_config.setdefault("_hyperwatch", {**_environment(model, plan.family, every, n_layers), **plan.notes})
     info = RunInfo(name=run, config=full_config, fields={"status": "running", **run_fields})

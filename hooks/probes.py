@@ -66,6 +66,7 @@ class Gate:
     def __init__(self) -> None:
         self.armed = False
         self.compiled = False
+        self.discovering = False  # the discovery trace measures this forward (hooks.discovery)
 
     def active(self) -> bool:
         if torch.compiler.is_compiling():
@@ -93,6 +94,10 @@ class Probe:
     keys: tuple[str, ...] = ("hooks",)
     """The indicators a failure of this probe leaves unmeasured (reported as ``metric@layer``)."""
 
+    during_discovery = False
+    """Whether the probe measures the forward that the discovery trace measures (routers do: the
+    trace does not replace them)."""
+
     def __init__(self, acc: Accumulator, gate: Gate, layer: int, report: Report = ignore) -> None:
         self.acc = acc
         self.gate = gate
@@ -103,7 +108,7 @@ class Probe:
 
     def live(self) -> bool:
         """Whether this forward is measured by this probe."""
-        return not self.failed and self.gate.active()
+        return not self.failed and self.gate.active() and (self.during_discovery or not self.gate.discovering)
 
     def guard(self, fn: Callable[[], Any]) -> Any:
         return guarded(fn, self._failure)
@@ -275,6 +280,7 @@ class RouterProbe(Probe):
     """
 
     keys = ("router_z", "max_vio")
+    during_discovery = True
 
     def __init__(
         self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module, n_experts: int, top_k: int, report: Report
@@ -319,6 +325,7 @@ class BundledMoEProbe(Probe):
     """Router Z, expert counts and aux loss of the bundled ``MoE`` (``capture`` -> ``.router_logits``)."""
 
     keys = ("router_z", "max_vio")
+    during_discovery = True
 
     def __init__(self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module, report: Report = ignore) -> None:
         super().__init__(acc, gate, layer, report)
