@@ -31,7 +31,7 @@ from torch.utils.hooks import RemovableHandle
 
 from hyperwatch.hooks.accumulate import Accumulator
 from hyperwatch.hooks.adapters import ROUTER_NAMES, LayerSpec, ModelPlan, branch_gaps, child_named, router_size
-from hyperwatch.hooks.probes import Gate, Probe, Report
+from hyperwatch.hooks.probes import RECOMPUTED_KEY, Gate, Note, Probe, Report, recompute_note
 from hyperwatch.hooks.tracer import Contribution, ResidualAdd, Tracer
 
 log = logging.getLogger(__name__)
@@ -47,9 +47,10 @@ class DiscoveryProbe(Probe):
 
     def __init__(
         self, acc: Accumulator, gate: Gate, model: nn.Module, plan: ModelPlan, done: Discovered, chunk_elements: int,
-        report: Report,
+        report: Report, note: Note,
     ) -> None:  # fmt: skip
         super().__init__(acc, gate, -1, report)
+        self.note = note
         self.model = model
         self.plan = plan
         self.done = done
@@ -75,7 +76,7 @@ class DiscoveryProbe(Probe):
 
     def _start(self) -> None:
         measured = {m for spec in self.plan.layers for b in spec.blocks for m in b.modules()}
-        tracer = Tracer(measured, self.chunk_elements)
+        tracer = Tracer(measured, self.chunk_elements, self._on_recompute)
         for m in self.model.modules():
             if m is self.model:
                 continue
@@ -86,6 +87,11 @@ class DiscoveryProbe(Probe):
         self.tracer = tracer
         self.gate.discovering = True
         tracer.__enter__()
+
+    def _on_recompute(self, why: str) -> None:
+        tracer = self.tracer
+        who = type(tracer.stack[-1]).__name__ if tracer is not None and tracer.stack else "the model"
+        self.note(RECOMPUTED_KEY, recompute_note(who, why))
 
     def _post(self, module: nn.Module, args: Any, output: Any) -> None:
         tracer = self.tracer
@@ -152,8 +158,11 @@ def refine(plan: ModelPlan, tracer: Tracer, model: nn.Module) -> tuple[ModelPlan
         attention: Contribution | None = None
         mlp: Contribution | None = None
         failures = [a.failure for a in found if a.failure]
+        named = set(spec.attention.modules()) if spec.attention is not None else set()
         for part in (p for a in found for p in a.parts):
-            if part.attention is not None:
+            # An attention branch makes an attention call; one without (a linear attention) is still
+            # the attention branch when it comes from the child named like one.
+            if part.attention is not None or part.module in named:
                 if attention is None:
                     attention = part
                 else:
@@ -162,7 +171,6 @@ def refine(plan: ModelPlan, tracer: Tracer, model: nn.Module) -> tuple[ModelPlan
                 mlp = part
         new = replace(spec, attention=None, attention_output=None, mha=False, mlp=None, router=spec.router)
         if attention is not None:
-            assert attention.attention is not None
             new.attention, new.attention_output, new.attention_scale = (
                 attention.attention, attention.module, attention.scale)  # fmt: skip
             new.mha = isinstance(attention.attention, nn.MultiheadAttention)
@@ -184,6 +192,13 @@ def refine(plan: ModelPlan, tracer: Tracer, model: nn.Module) -> tuple[ModelPlan
                     f"a branch passes through functional dropout (p={part.dropout}) before the residual add; its "
                     "RMS and outliers are measured before the dropout"
                 )
+        if "attention" in plan.fixed:  # named by a glob: the user's choice stands
+            new.attention, new.attention_output, new.mha = spec.attention, spec.attention_output, spec.mha
+            new.attention_scale = spec.attention_scale
+        if "mlp" in plan.fixed:
+            new.mlp, new.mlp_scale = spec.mlp, spec.mlp_scale
+        if "router" in plan.fixed:
+            new.router, new.n_experts, new.top_k = spec.router, spec.n_experts, spec.top_k
         why = "; ".join(dict.fromkeys(f for f in failures if f))
         unavailable.update(branch_gaps(new, *plan_reasons(why)))
         layers.append(new)
@@ -212,8 +227,8 @@ def plan_reasons(why: str) -> tuple[str, str]:
     """(attention, mlp) reasons of a traced layer that lacks the branch."""
     more = f"; {why}" if why else ""
     return (
-        "no attention call (SDPA, or a softmax whose output multiplies the values) in what the residual stream "
-        f"receives: the model has no attention there{more}",
+        "no attention call (torch.nn.functional.scaled_dot_product_attention, or a softmax whose output multiplies "
+        f"the values) in what the residual stream receives, so no attention Z there{more}",
         f"the residual stream receives no branch without attention{more}",
     )
 

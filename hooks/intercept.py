@@ -327,8 +327,8 @@ class AttentionZMode(TorchFunctionMode):
         if not hit:
             return
         if func in _MATMUL:
+            self._pending = [e for e in self._pending if not any(e is h for h in hit)]
             for entry in hit:
-                self._pending.remove(entry)
                 self.seen += 1
                 self.candidates -= 1
                 with torch.no_grad():

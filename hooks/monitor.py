@@ -138,7 +138,9 @@ class Monitor:
         self._install(chunk_elements)
         if plan.discover:
             self.probes.append(
-                DiscoveryProbe(self.acc, self.gate, model, plan, self._discovered, chunk_elements, self._report)
+                DiscoveryProbe(
+                    self.acc, self.gate, model, plan, self._discovered, chunk_elements, self._report, self._note
+                )
             )
         self.weights = WeightTracker(plan.layers) if weights else None
         self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
@@ -237,7 +239,7 @@ class Monitor:
         if self.notes.get(key) is not None:
             return
         self.notes[key] = text
-        log.warning("hooks: run %r: %s", self.run.name, text)
+        log.log(logging.INFO if key == "branches" else logging.WARNING, "hooks: run %r, %s: %s", self.run.name, key, text)
 
     def _arm(self, on: bool) -> None:
         """Arm (register the hooks, set capture flags) or disarm; the probes are touched only when

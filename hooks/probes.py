@@ -45,6 +45,15 @@ def ignore(key: str, reason: str) -> None:
     return None
 
 
+def recompute_note(who: str, why: str) -> str:
+    return (
+        f"costly path: the SDPA call of {who} cannot run on an attention kernel that returns the log-sum-exp "
+        f"({why}); attention Z is recomputed from q and k in chunks on logged steps, which can cost as much as "
+        "the attention itself. Use bf16/fp16 on CUDA, no attention mask (is_causal=True) and no dropout on CPU "
+        "to get it from the kernel"
+    )
+
+
 def _in_backward() -> bool:
     if torch.compiler.is_compiling():  # a compiled forward is never re-run by a backward pass
         return False
@@ -236,13 +245,7 @@ class InterceptProbe(Probe):
 
     def _on_recompute(self, why: str) -> None:
         """Noted once per model (one key): attention Z is measured, but at the costly path."""
-        self.note(
-            RECOMPUTED_KEY,
-            f"costly path: the SDPA call of {type(self.module).__name__} (layer {self.layer}) cannot run on an "
-            f"attention kernel that returns the log-sum-exp ({why}); attention Z is recomputed from q and k in "
-            "chunks on logged steps, which can cost as much as the attention itself. Use bf16/fp16 on CUDA, "
-            "no attention mask (is_causal=True) and no dropout on CPU to get it from the kernel",
-        )
+        self.note(RECOMPUTED_KEY, recompute_note(f"{type(self.module).__name__} (layer {self.layer})", why))
 
     def _pre(self, module: nn.Module, args: Any) -> None:
         enter = self.live() and not any(self._entered)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,8 +83,10 @@ class Measured:
 class Tracer(AttentionZMode):
     """Records one forward (see the module docstring); ``measured`` modules are those inside blocks."""
 
-    def __init__(self, measured: set[nn.Module], chunk_elements: int) -> None:
-        super().__init__(self._on_lse, chunk_elements, on_error=self._fail)
+    def __init__(
+        self, measured: set[nn.Module], chunk_elements: int, on_recompute: Callable[[str], None] | None = None
+    ) -> None:
+        super().__init__(self._on_lse, chunk_elements, on_recompute, on_error=self._fail)
         self.measured = measured
         self.nodes: list[Node] = []
         self._seq: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
