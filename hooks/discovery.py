@@ -30,6 +30,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from hyperwatch.hooks.accumulate import Accumulator
+from hyperwatch.hooks.intercept import guarded
 from hyperwatch.hooks.adapters import ROUTER_NAMES, LayerSpec, ModelPlan, branch_gaps, child_named, router_size
 from hyperwatch.hooks.probes import RECOMPUTED_KEY, Gate, Note, Probe, Report, recompute_note
 from hyperwatch.hooks.tracer import Contribution, ResidualAdd, Tracer
@@ -77,6 +78,9 @@ class DiscoveryProbe(Probe):
     def _start(self) -> None:
         measured = {m for spec in self.plan.layers for b in spec.blocks for m in b.modules()}
         tracer = Tracer(measured, self.chunk_elements, self._on_recompute)
+        for parent in self.model.modules():
+            for child in parent.children():
+                tracer.parent.setdefault(child, parent)
         for m in self.model.modules():
             if m is self.model:
                 continue
@@ -105,6 +109,8 @@ class DiscoveryProbe(Probe):
             h.remove()
         self._module_handles = []
         self.remove()
+        if tracer.error is None:
+            guarded(tracer.resolve, tracer._fail)
         if tracer.error is not None:
             self.report("discovery", f"residual-stream discovery failed ({type(tracer.error).__name__}: "
                         f"{tracer.error}); the branches are the adapter's, found by module names")  # fmt: skip

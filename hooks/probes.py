@@ -128,7 +128,7 @@ class Probe:
                     self.layer, exc_info=exc)  # fmt: skip
         for key in self.keys:
             self.report(
-                f"{key}@{self.layer}",
+                f"{key}@{self.layer}" if self.layer >= 0 else key,
                 f"the hook failed ({type(exc).__name__}: {exc}); the model's forward was left unchanged and this "
                 "value is not measured for the rest of the run",
             )

@@ -66,6 +66,7 @@ class Contribution:
 @dataclass
 class ResidualAdd:
     stream: int
+    branch: int
     owners: tuple[nn.Module, ...]  # the modules whose forward made the add
     parts: list[Contribution] = field(default_factory=list)
     failure: str | None = None  # why the branch is not a (scaled) module output
@@ -90,7 +91,9 @@ class Tracer(AttentionZMode):
         self.measured = measured
         self.nodes: list[Node] = []
         self._seq: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
-        self.module_of: dict[int, nn.Module] = {}  # seq -> outermost module that returned it
+        self.module_of: dict[int, list[nn.Module]] = {}  # seq -> modules that returned it, inner first
+        self.calls: dict[nn.Module, int] = {}
+        self.parent: dict[nn.Module, nn.Module] = {}
         self.stack: list[nn.Module] = []
         self._inputs: list[tuple[int, ...]] = []
         self.adds: list[ResidualAdd] = []
@@ -121,6 +124,7 @@ class Tracer(AttentionZMode):
 
     # -- module hooks (registered by the discovery probe on every module while tracing) --
     def pre(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.calls[module] = self.calls.get(module, 0) + 1
         self.stack.append(module)
         self._inputs.append(tuple(s for t in _tensors(args, kwargs) if (s := self.seq(t)) is not None))
         if isinstance(module, nn.MultiheadAttention) and module in self.measured and self.error is None:
@@ -143,7 +147,7 @@ class Tracer(AttentionZMode):
             n = self._new(out, Node(inputs, "module"))
         if isinstance(module, nn.MultiheadAttention):
             self.nodes[n].attention = module
-        self.module_of[n] = module  # hooks run inner first: the last one is the outermost
+        self.module_of.setdefault(n, []).append(module)  # hooks run inner first
         if module in self.measured and out.is_floating_point() and out.dim() >= 1 and out.numel() > 0:
             with torch.no_grad():
                 m = self.sums.setdefault(module, Measured())
@@ -212,11 +216,21 @@ class Tracer(AttentionZMode):
         if len(parents) != 2 or parents[0] == parents[1]:
             return None
         a, b = parents
-        if self.is_ancestor(a, b):
-            return a, b
-        if self.is_ancestor(b, a):
-            return b, a
+        for skip, branch in ((a, b), (b, a)):
+            source = self._source(skip)  # the skip may be a cast or a view of the stream (fp32 residuals)
+            if source == branch:
+                return None
+            if self.is_ancestor(source, branch):
+                return source, branch
         return None
+
+    def _source(self, n: int) -> int:
+        """``n`` before the casts and reshapes that made it (same values, another dtype or view)."""
+        node = self.nodes[n]
+        while node.op in _SAME and not node.op.startswith("dropout") and len(node.parents) == 1:
+            n = node.parents[0]
+            node = self.nodes[n]
+        return n
 
     def is_ancestor(self, a: int, b: int) -> bool:
         seen = {b}
@@ -232,29 +246,41 @@ class Tracer(AttentionZMode):
         return False
 
     def _residual(self, skip: int, branch: int) -> None:
-        add = ResidualAdd(stream=skip, owners=tuple(self.stack))
-        walked = self.contributions(branch, skip, 1.0, 0.0)
-        if isinstance(walked, str):
-            add.failure = walked
-        else:
-            add.parts = walked
-        self.adds.append(add)
+        self.adds.append(ResidualAdd(stream=skip, branch=branch, owners=tuple(self.stack)))
 
-    def contributions(self, n: int, skip: int, scale: float, dropout: float) -> list[Contribution] | str:
+    def resolve(self) -> None:
+        """After the forward: walk each residual add's branch back to module outputs (every call
+        is counted by then, so a module called more than once per call of its parent is known)."""
+        for add in self.adds:
+            walked = self.contributions(add.branch, add.stream, 1.0, 0.0, add.owners)
+            if isinstance(walked, str):
+                add.failure = walked
+            else:
+                add.parts = walked
+
+    def _single(self, module: nn.Module) -> bool:
+        """Called once per call of its parent: its hook sees one branch, not several (ViT runs one
+        ``dropout`` module on both of its branches)."""
+        parent = self.parent.get(module)
+        return self.calls.get(module, 0) <= max(1, self.calls.get(parent, 0) if parent is not None else 1)
+
+    def contributions(
+        self, n: int, skip: int, scale: float, dropout: float, owners: tuple[nn.Module, ...]
+    ) -> list[Contribution] | str:
         """The module outputs tensor ``n`` is made of, with their scale, or why it is not."""
-        module = self.module_of.get(n)
         node = self.nodes[n]
-        if module is not None and not any(module is m for m in self.stack):
-            attention, softcapped = self._attention_between(n, skip)
-            return [Contribution(module, scale, attention, softcapped, dropout)]
+        for module in reversed(self.module_of.get(n, [])):  # the outermost module that can be hooked
+            if self._single(module) and not any(module is m for m in owners):
+                attention, softcapped = self._attention_between(n, skip)
+                return [Contribution(module, scale, attention, softcapped, dropout)]
         if node.op in _SAME and node.parents:
-            return self.contributions(node.parents[0], skip, scale, max(dropout, node.dropout))
+            return self.contributions(node.parents[0], skip, scale, max(dropout, node.dropout), owners)
         if node.scale is not None and len(node.parents) == 1:
-            return self.contributions(node.parents[0], skip, scale * node.scale, dropout)
+            return self.contributions(node.parents[0], skip, scale * node.scale, dropout, owners)
         if node.op in _ADD and len(node.parents) == 2 and skip not in node.parents:
             parts: list[Contribution] = []
             for p in node.parents:
-                got = self.contributions(p, skip, scale, dropout)
+                got = self.contributions(p, skip, scale, dropout, owners)
                 if isinstance(got, str):
                     return got
                 parts += got
