@@ -57,22 +57,26 @@ class DiscoveryProbe(Probe):
         self.done = done
         self.chunk_elements = chunk_elements
         self.tracer: Tracer | None = None
+        self.top: nn.Module | None = None  # the module whose forward is traced
         self._module_handles: list[RemovableHandle] = []
         self.finished = False
 
     def register(self) -> list[RemovableHandle]:
+        """Hooks on the model and on every module above its blocks: the outermost one that is called
+        is traced (a LightningModule is not called itself: its training_step calls its model)."""
         if self.finished:
             return []
-        return [
-            self.model.register_forward_pre_hook(self._pre),
-            self.model.register_forward_hook(self._post, always_call=True),
-        ]
+        handles = []
+        for m in _above_blocks(self.model, self.plan):
+            handles += [m.register_forward_pre_hook(self._pre), m.register_forward_hook(self._post, always_call=True)]
+        return handles
 
     def _pre(self, module: nn.Module, args: Any) -> None:
         if self.finished or self.tracer is not None or torch.compiler.is_compiling() or self.gate.compiled:
             return
         if not self.live():
             return
+        self.top = module
         self.guard(self._start)
 
     def _start(self) -> None:
@@ -82,7 +86,7 @@ class DiscoveryProbe(Probe):
             for child in parent.children():
                 tracer.parent.setdefault(child, parent)
         for m in self.model.modules():
-            if m is self.model:
+            if m is self.top:
                 continue
             self._module_handles += [
                 m.register_forward_pre_hook(tracer.pre, with_kwargs=True),
@@ -99,7 +103,7 @@ class DiscoveryProbe(Probe):
 
     def _post(self, module: nn.Module, args: Any, output: Any) -> None:
         tracer = self.tracer
-        if tracer is None:
+        if tracer is None or module is not self.top:
             return
         self.tracer = None
         self.finished = True
@@ -115,6 +119,18 @@ class DiscoveryProbe(Probe):
             self.report("discovery", f"residual-stream discovery failed ({type(tracer.error).__name__}: "
                         f"{tracer.error}); the branches are the adapter's, found by module names")  # fmt: skip
         self.guard(lambda: self.done(self.plan, tracer))
+
+
+def _above_blocks(model: nn.Module, plan: ModelPlan) -> list[nn.Module]:
+    """``model`` and every module that holds a block, outermost first."""
+    blocks = {id(b) for spec in plan.layers for b in spec.blocks}
+    named = list(model.named_modules())
+    holders = {""}
+    for name, m in named:
+        if id(m) in blocks:
+            parts = name.split(".")
+            holders.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    return [m for name, m in named if name in holders and id(m) not in blocks]
 
 
 def _block_index(plan: ModelPlan) -> dict[nn.Module, int]:

@@ -1,0 +1,53 @@
+"""Callbacks for the training frameworks people already use: one line each.
+
+- Hugging Face ``Trainer``: ``Trainer(..., callbacks=[HyperWatchCallback(sink="http://localhost:8000")])``
+  (:mod:`hooks.integrations.hf`, needs ``transformers``).
+- PyTorch Lightning: ``L.Trainer(..., callbacks=[LightningCallback(sink="runs/hw")])``
+  (:mod:`hooks.integrations.lightning`, needs ``lightning`` or ``pytorch_lightning``).
+
+Each module imports its framework when it is imported, never before: ``hyperwatch.hooks`` itself
+still needs only torch, numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_RUN_CHARS = re.compile(r"[^A-Za-z0-9_.:+=@-]+")
+
+
+def run_name(raw: Any, default: str) -> str:
+    """A framework's run name (often an output folder) as a valid run name: the last path part,
+    other characters replaced by ``-``."""
+    text = str(raw or "").rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
+    text = _RUN_CHARS.sub("-", text).strip("-._:+=@")[:200]
+    return text or default
+
+
+class StepLoss:
+    """The mean loss of the forwards of one optimizer step, read from the model's outputs (``.loss``
+    or ``["loss"]``) by a forward hook; frameworks pass only averages over logging intervals."""
+
+    def __init__(self) -> None:
+        self.total: Any = None
+        self.count = 0
+
+    def add(self, loss: Any) -> None:
+        if loss is None or not hasattr(loss, "detach") or loss.numel() != 1:
+            return
+        value = loss.detach().reshape(())
+        self.total = value if self.total is None else self.total + value
+        self.count += 1
+
+    def take(self) -> Any:
+        """The mean since the last take (a 0-d tensor: no host sync here), or None."""
+        mean = None if self.total is None else self.total / self.count
+        self.total, self.count = None, 0
+        return mean
+
+
+def loss_of(output: Any) -> Any:
+    if isinstance(output, dict):
+        return output.get("loss")
+    return getattr(output, "loss", None)

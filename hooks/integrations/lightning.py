@@ -1,0 +1,71 @@
+"""PyTorch Lightning callback: ``L.Trainer(..., callbacks=[LightningCallback(sink=...)])``.
+
+The monitor is attached to the LightningModule when fitting starts and steps after each
+optimizer step (``on_train_batch_end`` once ``trainer.global_step`` has moved: with gradient
+accumulation the micro-batches of a step are one step), before the next step's ``zero_grad``,
+so the monitor computes ``grad_norm`` from the gradients (after clipping, if ``gradient_clip_val``
+is set). The loss is the mean of the step's ``training_step`` losses; the learning rate the first
+optimizer's. Works with ``lightning`` and with the older ``pytorch_lightning`` package (the
+callback subclasses whichever is installed, ``lightning`` first).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hyperwatch.hooks.attach import SinkSpec, attach
+from hyperwatch.hooks.integrations import StepLoss, loss_of, run_name
+from hyperwatch.hooks.monitor import Monitor
+
+try:
+    from lightning.pytorch import Callback
+except ImportError:  # the older package name
+    from pytorch_lightning import Callback  # type: ignore[no-redef]
+
+
+class LightningCallback(Callback):  # type: ignore[misc]
+    """Stability hooks on a Lightning run (see the module docstring); the keywords of
+    :func:`hooks.attach` (``group=``, ``depth=``, ``attention=``...) are passed on."""
+
+    def __init__(self, sink: SinkSpec = "runs/hyperwatch", run: str | None = None, every: int = 10,
+                 **attach_kwargs: Any) -> None:  # fmt: skip
+        super().__init__()
+        self.sink = sink
+        self.run = run
+        self.every = every
+        self.attach_kwargs = attach_kwargs
+        self.monitor: Monitor | None = None
+        self._loss = StepLoss()
+        self._stepped = 0
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.monitor is not None:
+            return
+        hparams = dict(getattr(pl_module, "hparams", {}) or {})
+        name = self.run or run_name(getattr(trainer.logger, "name", None) or type(pl_module).__name__, "lightning")
+        self.monitor = attach(pl_module, run=name, sink=self.sink, every=self.every, config={"hparams": hparams},
+                              **self.attach_kwargs)  # fmt: skip
+        self._stepped = trainer.global_step
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.monitor is None:
+            return
+        if self.monitor.gate.armed:
+            self._loss.add(loss_of(outputs) if isinstance(outputs, dict) else outputs)
+        if trainer.global_step == self._stepped:  # an accumulating micro-batch: the step is not done
+            return
+        self._stepped = trainer.global_step
+        lr = None
+        if trainer.optimizers:
+            lr = float(trainer.optimizers[0].param_groups[0]["lr"])
+        self.monitor.step(trainer.global_step - 1, loss=self._loss.take(), lr=lr)
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.monitor is not None:
+            self.monitor.close()
+            self.monitor = None
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        if self.monitor is not None:
+            self.monitor.close("failed")
+            self.monitor = None
