@@ -26,25 +26,29 @@ def run_name(raw: Any, default: str) -> str:
 
 
 class StepLoss:
-    """The mean loss of the forwards of one optimizer step, read from the model's outputs (``.loss``
-    or ``["loss"]``) by a forward hook; frameworks pass only averages over logging intervals."""
+    """The loss of one optimizer step from its forwards' outputs (``.loss`` or ``["loss"]``), read by
+    a forward hook; frameworks pass only averages over logging intervals. Each forward's loss is a
+    mean over its own batch, so the step's is their mean; or, when the model was told the step's
+    token count (Hugging Face's ``num_items_in_batch``), a share of the step's mean, so their sum."""
 
     def __init__(self) -> None:
         self.total: Any = None
         self.count = 0
+        self.shares = False
 
-    def add(self, loss: Any) -> None:
+    def add(self, loss: Any, share: bool = False) -> None:
         if loss is None or not hasattr(loss, "detach") or loss.numel() != 1:
             return
         value = loss.detach().reshape(())
         self.total = value if self.total is None else self.total + value
         self.count += 1
+        self.shares = share
 
     def take(self) -> Any:
-        """The mean since the last take (a 0-d tensor: no host sync here), or None."""
-        mean = None if self.total is None else self.total / self.count
+        """The step's loss since the last take (a 0-d tensor: no host sync here), or None."""
+        loss = None if self.total is None else self.total if self.shares else self.total / self.count
         self.total, self.count = None, 0
-        return mean
+        return loss
 
 
 def loss_of(output: Any) -> Any:

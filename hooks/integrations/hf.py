@@ -3,13 +3,14 @@
 The monitor is attached to the Trainer's model when training begins and steps after each
 optimizer step, while the gradients are still there (``on_optimizer_step``, before
 ``zero_grad``): step ``s`` is ``state.global_step`` before the Trainer counts it, so the first
-optimizer step is step 0. The loss is the mean of the step's forwards (read from the model's
-output). ``grad_norm``: when the Trainer clips (``max_grad_norm > 0``, its default) the norm the
-Trainer logs before clipping is recorded at its logging steps (``logging_steps``); without
-clipping the monitor computes it from the gradients. The learning rate is the scheduler's, the
-token count the Trainer's ``num_input_tokens_seen`` when it counts them
-(``include_num_input_tokens_seen``). The run is named after ``args.run_name`` unless ``run`` is
-given; the TrainingArguments go into the run's config.
+optimizer step is step 0. The loss is the step's, from its forwards' outputs (their sum when
+the Trainer passes ``num_items_in_batch``, which makes each a share of the step's mean).
+``grad_norm``: when the Trainer clips (``max_grad_norm > 0``, its default) the norm the Trainer
+logs before clipping is recorded at its logging steps (``logging_steps``); without clipping the
+monitor computes it from the gradients. The learning rate is the scheduler's, the token count
+the Trainer's ``num_input_tokens_seen`` when it counts them (``include_num_input_tokens_seen``).
+The run is named after ``args.run_name`` unless ``run`` is given; the TrainingArguments go into
+the run's config.
 """
 
 from __future__ import annotations
@@ -57,11 +58,11 @@ class HyperWatchCallback(TrainerCallback):  # type: ignore[misc]
         options = {"grad_norm": not self._clipped, **self.attach_kwargs}
         name = self.run or run_name(args.run_name or os.path.basename(str(args.output_dir)), "hf-trainer")
         self.monitor = attach(model, run=name, sink=self.sink, every=every, config=config, **options)
-        self._handle = model.register_forward_hook(self._keep_loss)
+        self._handle = model.register_forward_hook(self._keep_loss, with_kwargs=True)
 
-    def _keep_loss(self, module: Any, args: Any, output: Any) -> None:
+    def _keep_loss(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
         if self.monitor is not None and self.monitor.gate.armed and module.training:
-            self._loss.add(loss_of(output))
+            self._loss.add(loss_of(output), share=kwargs.get("num_items_in_batch") is not None)
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.monitor is None:

@@ -4,8 +4,8 @@ The monitor is attached to the LightningModule when fitting starts and steps aft
 optimizer step (``on_train_batch_end`` once ``trainer.global_step`` has moved: with gradient
 accumulation the micro-batches of a step are one step), before the next step's ``zero_grad``,
 so the monitor computes ``grad_norm`` from the gradients (after clipping, if ``gradient_clip_val``
-is set). The loss is the mean of the step's ``training_step`` losses; the learning rate the first
-optimizer's. Works with ``lightning`` and with the older ``pytorch_lightning`` package (the
+is set). The loss is the mean of the step's ``training_step`` losses (Lightning hands each one
+divided by ``accumulate_grad_batches``: their sum); the learning rate the first optimizer's. Works with ``lightning`` and with the older ``pytorch_lightning`` package (the
 callback subclasses whichever is installed, ``lightning`` first).
 """
 
@@ -50,8 +50,8 @@ class LightningCallback(Callback):  # type: ignore[misc]
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.monitor is None:
             return
-        if self.monitor.gate.armed:
-            self._loss.add(loss_of(outputs) if isinstance(outputs, dict) else outputs)
+        if self.monitor.gate.armed:  # Lightning divides each micro-batch's loss by accumulate_grad_batches
+            self._loss.add(loss_of(outputs) if isinstance(outputs, dict) else outputs, share=True)
         if trainer.global_step == self._stepped:  # an accumulating micro-batch: the step is not done
             return
         self._stepped = trainer.global_step
