@@ -88,7 +88,7 @@ class Accumulator:
         self.packed_size = n_sums + n_exp + n_layers * N_HOST
         self.flat = torch.zeros(self.packed_size + N_RUN, dtype=torch.float64, device=device)
         self.sums = self.flat[:n_sums].view(n_layers, N_SLOTS)
-        self.experts = self.flat[n_sums : n_sums + n_exp].view(n_layers, -1)
+        self.experts = self.flat[n_sums : n_sums + n_exp].view(n_layers, max([1, *n_experts]))
         self._host = self.flat[n_sums + n_exp : self.packed_size]
         # Views are one-element slices, never 0-d views (unbind/select): under torch.compile, AOT
         # autograd drops in-place adds into 0-d views of a lifted tensor (torch 2.13), slices keep them.
@@ -210,7 +210,7 @@ class Accumulator:
         L = self.n_layers
         n_sums, n_exp = self.sums.numel(), self.experts.numel()
         sums = flat[:n_sums].reshape(L, N_SLOTS)
-        experts = flat[n_sums : n_sums + n_exp].reshape(L, -1)
+        experts = flat[n_sums : n_sums + n_exp].reshape(L, self.experts.shape[1])
         host = flat[n_sums + n_exp : n_sums + n_exp + L * N_HOST].reshape(L, N_HOST)
         out = []
         for layer in range(L):

@@ -69,7 +69,7 @@ class ResidualAdd:
     branch: int
     owners: tuple[nn.Module, ...]  # the modules whose forward made the add
     parts: list[Contribution] = field(default_factory=list)
-    failure: str | None = None  # why the branch is not a (scaled) module output
+    failure: str | None = None  # why (part of) the branch is not a (scaled) module output
 
 
 @dataclass
@@ -252,11 +252,9 @@ class Tracer(AttentionZMode):
         """After the forward: walk each residual add's branch back to module outputs (every call
         is counted by then, so a module called more than once per call of its parent is known)."""
         for add in self.adds:
-            walked = self.contributions(add.branch, add.stream, 1.0, 0.0, add.owners)
-            if isinstance(walked, str):
-                add.failure = walked
-            else:
-                add.parts = walked
+            failures: list[str] = []
+            add.parts = self.contributions(add.branch, add.stream, 1.0, 0.0, add.owners, failures)
+            add.failure = "; ".join(dict.fromkeys(failures)) or None
 
     def _single(self, module: nn.Module) -> bool:
         """Called once per call of its parent: its hook sees one branch, not several (ViT runs one
@@ -265,27 +263,22 @@ class Tracer(AttentionZMode):
         return self.calls.get(module, 0) <= max(1, self.calls.get(parent, 0) if parent is not None else 1)
 
     def contributions(
-        self, n: int, skip: int, scale: float, dropout: float, owners: tuple[nn.Module, ...]
-    ) -> list[Contribution] | str:
-        """The module outputs tensor ``n`` is made of, with their scale, or why it is not."""
+        self, n: int, skip: int, scale: float, dropout: float, owners: tuple[nn.Module, ...], failures: list[str]
+    ) -> list[Contribution]:
+        """The module outputs tensor ``n`` is made of, with their scale; why a part is none, in ``failures``."""
         node = self.nodes[n]
         for module in reversed(self.module_of.get(n, [])):  # the outermost module that can be hooked
             if self._single(module) and not any(module is m for m in owners):
                 attention, softcapped = self._attention_between(n, skip)
                 return [Contribution(module, scale, attention, softcapped, dropout)]
         if node.op in _SAME and node.parents:
-            return self.contributions(node.parents[0], skip, scale, max(dropout, node.dropout), owners)
+            return self.contributions(node.parents[0], skip, scale, max(dropout, node.dropout), owners, failures)
         if node.scale is not None and len(node.parents) == 1:
-            return self.contributions(node.parents[0], skip, scale * node.scale, dropout, owners)
+            return self.contributions(node.parents[0], skip, scale * node.scale, dropout, owners, failures)
         if node.op in _ADD and len(node.parents) == 2 and skip not in node.parents:
-            parts: list[Contribution] = []
-            for p in node.parents:
-                got = self.contributions(p, skip, scale, dropout, owners)
-                if isinstance(got, str):
-                    return got
-                parts += got
-            return parts
-        return f"the residual add receives the result of {node.op or 'an unknown call'}, not a module's output"
+            return [c for p in node.parents for c in self.contributions(p, skip, scale, dropout, owners, failures)]
+        failures.append(f"the residual add receives the result of {node.op or 'an unknown call'}, not a module's output")
+        return []
 
     def _attention_between(self, n: int, skip: int) -> tuple[nn.Module | None, bool]:
         """The first attention module met walking back from ``n`` to the skip, and whether its scores
