@@ -224,7 +224,9 @@ class Accumulator:
                 v.router_z = float(s[ROUTER_Z] / router_rows)
             scale = self.branch_scale[layer]
             if h[ATTN_ELEMS] > 0:
-                v.attention_rms = math.sqrt(s[ATTN_SQ] / h[ATTN_ELEMS]) * float(abs(scale[0])) if s[ATTN_SQ] >= 0 else math.nan
+                v.attention_rms = (
+                    math.sqrt(s[ATTN_SQ] / h[ATTN_ELEMS]) * float(abs(scale[0])) if s[ATTN_SQ] >= 0 else math.nan
+                )
                 v.attention_outlier_ratio = float(s[ATTN_OUT] / h[ATTN_ELEMS])
             if h[MLP_ELEMS] > 0:
                 v.mlp_rms = math.sqrt(s[MLP_SQ] / h[MLP_ELEMS]) * float(abs(scale[1])) if s[MLP_SQ] >= 0 else math.nan

@@ -156,7 +156,7 @@ def _inside(name: str, outer: str) -> bool:
 
 def find_blocks(model: nn.Module) -> list[tuple[nn.Module, ...]]:
     """The model's blocks, one tuple per layer (see the module docstring), in module order."""
-    lists: list[tuple[str, nn.Module]] = []
+    lists: list[tuple[str, nn.ModuleList | nn.Sequential]] = []
     for name, m in model.named_modules():
         if not isinstance(m, (nn.ModuleList, nn.Sequential)) or len(m) == 0:
             continue
@@ -203,9 +203,12 @@ def layers_plan(model: nn.Module) -> ModelPlan:
                 spec.router = router
                 spec.n_experts, spec.top_k = router_size(router, spec.mlp, model)
         plan.unavailable.update(
-            branch_gaps(spec, f"block {i} has no child named like an attention ({list(ATTENTION_NAMES)}) or an MLP "
-                        f"({list(MLP_NAMES)}); name it with hooks.attach(..., attention='<glob>', mlp='<glob>')")
-        )  # fmt: skip
+            branch_gaps(
+                spec,
+                f"block {i} has no child named like an attention ({list(ATTENTION_NAMES)}) or an MLP "
+                f"({list(MLP_NAMES)}); name it with hooks.attach(..., attention='<glob>', mlp='<glob>')",
+            )
+        )
         plan.layers.append(spec)
     return _note_mha(plan)
 
@@ -289,10 +292,15 @@ def pattern_plan(
         spec.n_experts, k = router_size(m, spec.mlp, model)
         spec.top_k = top_k if top_k is not None else k
     if attention is None:
-        plan.unavailable.update(dict.fromkeys(BRANCH_KEYS["attention"], "no attention glob given; pass "
-                                              "hooks.attach(..., attention='<glob>')"))  # fmt: skip
+        plan.unavailable.update(
+            dict.fromkeys(
+                BRANCH_KEYS["attention"], "no attention glob given; pass hooks.attach(..., attention='<glob>')"
+            )
+        )
     if mlp is None:
-        plan.unavailable.update(dict.fromkeys(BRANCH_KEYS["mlp"], "no mlp glob given; pass hooks.attach(..., mlp='<glob>')"))
+        plan.unavailable.update(
+            dict.fromkeys(BRANCH_KEYS["mlp"], "no mlp glob given; pass hooks.attach(..., mlp='<glob>')")
+        )
     return _note_mha(plan)
 
 

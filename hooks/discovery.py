@@ -30,8 +30,8 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from hyperwatch.hooks.accumulate import Accumulator
-from hyperwatch.hooks.intercept import guarded
 from hyperwatch.hooks.adapters import ROUTER_NAMES, LayerSpec, ModelPlan, branch_gaps, child_named, router_size
+from hyperwatch.hooks.intercept import guarded
 from hyperwatch.hooks.probes import RECOMPUTED_KEY, Gate, Note, Probe, Report, recompute_note
 from hyperwatch.hooks.tracer import Contribution, ResidualAdd, Tracer
 
@@ -47,9 +47,16 @@ class DiscoveryProbe(Probe):
     during_discovery = True
 
     def __init__(
-        self, acc: Accumulator, gate: Gate, model: nn.Module, plan: ModelPlan, done: Discovered, chunk_elements: int,
-        report: Report, note: Note,
-    ) -> None:  # fmt: skip
+        self,
+        acc: Accumulator,
+        gate: Gate,
+        model: nn.Module,
+        plan: ModelPlan,
+        done: Discovered,
+        chunk_elements: int,
+        report: Report,
+        note: Note,
+    ) -> None:
         super().__init__(acc, gate, -1, report)
         self.note = note
         self.model = model
@@ -116,8 +123,11 @@ class DiscoveryProbe(Probe):
         if tracer.error is None:
             guarded(tracer.resolve, tracer._fail)
         if tracer.error is not None:
-            self.report("discovery", f"residual-stream discovery failed ({type(tracer.error).__name__}: "
-                        f"{tracer.error}); the branches are the adapter's, found by module names")  # fmt: skip
+            self.report(
+                "discovery",
+                f"residual-stream discovery failed ({type(tracer.error).__name__}: "
+                f"{tracer.error}); the branches are the adapter's, found by module names",
+            )
         self.guard(lambda: self.done(self.plan, tracer))
 
 
@@ -174,8 +184,10 @@ def refine(plan: ModelPlan, tracer: Tracer, model: nn.Module) -> tuple[ModelPlan
         if not found:
             layers.append(spec)
             if any(b in tracer.sums or any(b is o for a in tracer.adds for o in a.owners) for b in spec.blocks):
-                notes.setdefault("branches_by_name", f"no residual add was seen in layer {spec.index}; its branches "
-                                 "are found by module names")  # fmt: skip
+                notes.setdefault(
+                    "branches_by_name",
+                    f"no residual add was seen in layer {spec.index}; its branches are found by module names",
+                )
             continue
         attention: Contribution | None = None
         mlp: Contribution | None = None
@@ -194,7 +206,10 @@ def refine(plan: ModelPlan, tracer: Tracer, model: nn.Module) -> tuple[ModelPlan
         new = replace(spec, attention=None, attention_output=None, mha=False, mlp=None, router=spec.router)
         if attention is not None:
             new.attention, new.attention_output, new.attention_scale = (
-                attention.attention, attention.module, attention.scale)  # fmt: skip
+                attention.attention,
+                attention.module,
+                attention.scale,
+            )
             new.mha = isinstance(attention.attention, nn.MultiheadAttention)
             if attention.softcapped:
                 notes["attention_z_softcapped"] = (
@@ -208,10 +223,10 @@ def refine(plan: ModelPlan, tracer: Tracer, model: nn.Module) -> tuple[ModelPlan
                 if router is not None:
                     new.router = router
                     new.n_experts, new.top_k = router_size(router, mlp.module, model)
-        for part in (attention, mlp):
-            if part is not None and part.dropout > 0:
+        for dropped in (attention, mlp):
+            if dropped is not None and dropped.dropout > 0:
                 notes["branch_dropout"] = (
-                    f"a branch passes through functional dropout (p={part.dropout}) before the residual add; its "
+                    f"a branch passes through functional dropout (p={dropped.dropout}) before the residual add; its "
                     "RMS and outliers are measured before the dropout"
                 )
         if "attention" in plan.fixed:  # named by a glob: the user's choice stands
@@ -227,14 +242,15 @@ def refine(plan: ModelPlan, tracer: Tracer, model: nn.Module) -> tuple[ModelPlan
     refined = ModelPlan(plan.family + "+residual", layers, dict(plan.unavailable), dict(plan.notes))
     for key in [k for k in refined.unavailable if k.split("@")[0] in _BRANCH_KEYS]:
         reason = refined.unavailable.pop(key)
-        layer = key.partition("@")[2]
-        if layer.isdigit() and int(layer) not in per_layer:
+        index = key.partition("@")[2]
+        if index.isdigit() and int(index) not in per_layer:
             unavailable[key] = reason  # the guess by name of a layer the trace did not see
     refined.unavailable.pop("cross_attention", None)
     refined.unavailable.update(_compact(unavailable, len(layers)))
     if extra_attention:
+        more = "..." if len(extra_attention) > 4 else ""
         refined.unavailable["cross_attention"] = (
-            f"more than one attention branch per block ({extra_attention[:4]}{'...' if len(extra_attention) > 4 else ''}"
+            f"more than one attention branch per block ({extra_attention[:4]}{more}"
             "): attention_z, attention_rms and attention_outlier_ratio are the first one's (the self-attention); "
             "to watch another, pass hooks.attach(..., attention='<glob>')"
         )

@@ -248,7 +248,14 @@ def guarded(fn: Callable[[], Any], on_error: Callable[[BaseException], None]) ->
         return None
 
 
-_MATMUL: set[Any] = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.bmm, torch.einsum}
+_MATMUL: set[Any] = {
+    torch.matmul,
+    torch.Tensor.matmul,
+    torch.Tensor.__matmul__,
+    torch.bmm,
+    torch.Tensor.bmm,
+    torch.einsum,
+}
 
 
 def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:

@@ -239,7 +239,9 @@ class Monitor:
         if self.notes.get(key) is not None:
             return
         self.notes[key] = text
-        log.log(logging.INFO if key == "branches" else logging.WARNING, "hooks: run %r, %s: %s", self.run.name, key, text)
+        log.log(
+            logging.INFO if key == "branches" else logging.WARNING, "hooks: run %r, %s: %s", self.run.name, key, text
+        )
 
     def _arm(self, on: bool) -> None:
         """Arm (register the hooks, set capture flags) or disarm; the probes are touched only when

@@ -124,8 +124,12 @@ class Probe:
 
     def _failure(self, exc: BaseException) -> None:
         self.failed = True
-        log.warning("hooks: the %s probe of layer %d failed; the forward goes on unchanged", self.keys[0],
-                    self.layer, exc_info=exc)  # fmt: skip
+        log.warning(
+            "hooks: the %s probe of layer %d failed; the forward goes on unchanged",
+            self.keys[0],
+            self.layer,
+            exc_info=exc,
+        )
         for key in self.keys:
             self.report(
                 f"{key}@{self.layer}" if self.layer >= 0 else key,

@@ -36,8 +36,25 @@ log = logging.getLogger(__name__)
 _ADD = {"add", "add_", "__add__", "__radd__", "__iadd__"}
 _MUL = {"mul", "mul_", "__mul__", "__rmul__", "__imul__"}
 _DIV = {"div", "div_", "__truediv__", "__itruediv__"}
-_SAME = {"to", "type", "type_as", "float", "half", "bfloat16", "double", "contiguous", "clone", "view", "reshape",
-         "view_as", "reshape_as", "dropout", "dropout_", "alpha_dropout", "feature_alpha_dropout"}  # fmt: skip
+_SAME = {
+    "to",
+    "type",
+    "type_as",
+    "float",
+    "half",
+    "bfloat16",
+    "double",
+    "contiguous",
+    "clone",
+    "view",
+    "reshape",
+    "view_as",
+    "reshape_as",
+    "dropout",
+    "dropout_",
+    "alpha_dropout",
+    "feature_alpha_dropout",
+}
 """Calls whose output is their first tensor input's values (dropout: in expectation; see the note)."""
 
 
@@ -203,7 +220,7 @@ class Tracer(AttentionZMode):
             p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
             training = args[2] if len(args) > 2 else kwargs.get("training", True)
             node.dropout = float(p) if training else 0.0
-        inplace = name.endswith("_") and not name.endswith("__") or name.startswith("__i")
+        inplace = (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
         for o in outs:
             if inplace or not any(o is t for t in ins):
                 self._new(o, node)  # an in-place op makes a new version of its input: a new node
@@ -277,7 +294,9 @@ class Tracer(AttentionZMode):
             return self.contributions(node.parents[0], skip, scale * node.scale, dropout, owners, failures)
         if node.op in _ADD and len(node.parents) == 2 and skip not in node.parents:
             return [c for p in node.parents for c in self.contributions(p, skip, scale, dropout, owners, failures)]
-        failures.append(f"the residual add receives the result of {node.op or 'an unknown call'}, not a module's output")
+        failures.append(
+            f"the residual add receives the result of {node.op or 'an unknown call'}, not a module's output"
+        )
         return []
 
     def _attention_between(self, n: int, skip: int) -> tuple[nn.Module | None, bool]:

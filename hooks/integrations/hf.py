@@ -35,8 +35,9 @@ class HyperWatchCallback(TrainerCallback):  # type: ignore[misc]
     ``attention=``...) are passed on; ``every`` defaults to the Trainer's ``logging_steps``.
     """
 
-    def __init__(self, sink: SinkSpec = "runs/hyperwatch", run: str | None = None, every: int | None = None,
-                 **attach_kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self, sink: SinkSpec = "runs/hyperwatch", run: str | None = None, every: int | None = None, **attach_kwargs: Any
+    ) -> None:
         self.sink = sink
         self.run = run
         self.every = every
@@ -51,7 +52,7 @@ class HyperWatchCallback(TrainerCallback):  # type: ignore[misc]
             return
         every = self.every or (int(args.logging_steps) if args.logging_steps >= 1 else 10)
         config = {"training_args": args.to_sanitized_dict()}
-        model_config = getattr(model, "config", None)
+        model_config: Any = getattr(model, "config", None)
         if hasattr(model_config, "to_diff_dict"):
             config["model_config"] = model_config.to_diff_dict()
         self._clipped = bool(args.max_grad_norm and args.max_grad_norm > 0)

@@ -5,8 +5,9 @@ optimizer step (``on_train_batch_end`` once ``trainer.global_step`` has moved: w
 accumulation the micro-batches of a step are one step), before the next step's ``zero_grad``,
 so the monitor computes ``grad_norm`` from the gradients (after clipping, if ``gradient_clip_val``
 is set). The loss is the mean of the step's ``training_step`` losses (Lightning hands each one
-divided by ``accumulate_grad_batches``: their sum); the learning rate the first optimizer's. Works with ``lightning`` and with the older ``pytorch_lightning`` package (the
-callback subclasses whichever is installed, ``lightning`` first).
+divided by ``accumulate_grad_batches``: their sum); the learning rate the first optimizer's.
+Works with ``lightning`` and with the older ``pytorch_lightning`` package (the callback
+subclasses whichever is installed, ``lightning`` first).
 """
 
 from __future__ import annotations
@@ -17,18 +18,20 @@ from hyperwatch.hooks.attach import SinkSpec, attach
 from hyperwatch.hooks.integrations import StepLoss, loss_of, run_name
 from hyperwatch.hooks.monitor import Monitor
 
+Callback: Any
 try:
     from lightning.pytorch import Callback
 except ImportError:  # the older package name
-    from pytorch_lightning import Callback  # type: ignore[no-redef]
+    from pytorch_lightning import Callback
 
 
 class LightningCallback(Callback):  # type: ignore[misc]
     """Stability hooks on a Lightning run (see the module docstring); the keywords of
     :func:`hooks.attach` (``group=``, ``depth=``, ``attention=``...) are passed on."""
 
-    def __init__(self, sink: SinkSpec = "runs/hyperwatch", run: str | None = None, every: int = 10,
-                 **attach_kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self, sink: SinkSpec = "runs/hyperwatch", run: str | None = None, every: int = 10, **attach_kwargs: Any
+    ) -> None:
         super().__init__()
         self.sink = sink
         self.run = run
@@ -43,8 +46,9 @@ class LightningCallback(Callback):  # type: ignore[misc]
             return
         hparams = dict(getattr(pl_module, "hparams", {}) or {})
         name = self.run or run_name(getattr(trainer.logger, "name", None) or type(pl_module).__name__, "lightning")
-        self.monitor = attach(pl_module, run=name, sink=self.sink, every=self.every, config={"hparams": hparams},
-                              **self.attach_kwargs)  # fmt: skip
+        self.monitor = attach(
+            pl_module, run=name, sink=self.sink, every=self.every, config={"hparams": hparams}, **self.attach_kwargs
+        )
         self._stepped = trainer.global_step
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:

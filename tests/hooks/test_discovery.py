@@ -168,8 +168,12 @@ def test_a_model_without_blocks_is_monitored_with_what_exists() -> None:
         model(torch.randn(4, 16)).square().mean().backward()
         mon.step(0, loss=0.5)
     assert set(mon.unavailable) == {
-        "attention_z", "attention_rms", "attention_outlier_ratio", "mlp_rms", "mlp_outlier_ratio"
-    }  # fmt: skip
+        "attention_z",
+        "attention_rms",
+        "attention_outlier_ratio",
+        "mlp_rms",
+        "mlp_outlier_ratio",
+    }
     assert "found no blocks" in mon.unavailable["mlp_rms"]
     assert sink.values("loss") == {0: 0.5} and sink.values("grad_norm")[0] > 0
     assert not any(p.layer is not None for p in sink.points)

@@ -52,14 +52,25 @@ def test_hugging_face_trainer_callback(tmp_path: Path) -> None:
                 losses.append(logs["loss"])
 
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "out"), max_steps=4, per_device_train_batch_size=2, gradient_accumulation_steps=2,
-        logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, learning_rate=1e-3, max_grad_norm=1.0,
-        dataloader_num_workers=0, disable_tqdm=True,
-    )  # fmt: skip
+        output_dir=str(tmp_path / "out"),
+        max_steps=4,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        learning_rate=1e-3,
+        max_grad_norm=1.0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
     trainer = transformers.Trainer(
-        model=hf_model("llama"), args=args, train_dataset=Tokens(),
+        model=hf_model("llama"),
+        args=args,
+        train_dataset=Tokens(),
         callbacks=[HyperWatchCallback(sink=sink, run="hf-trainer", every=2), Losses()],  # the one line
-    )  # fmt: skip
+    )
     trainer.train()
     steps = layer_steps(sink)
     assert sorted(steps) == [0, 2] and all(names >= INDICATORS for names in steps.values())
@@ -94,10 +105,16 @@ def test_lightning_callback(tmp_path: Path) -> None:
     sink = hooks.MemorySink()
     module = Module()
     trainer = L.Trainer(
-        max_steps=4, accumulate_grad_batches=2, accelerator="cpu", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp_path),
+        max_steps=4,
+        accumulate_grad_batches=2,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
         callbacks=[LightningCallback(sink=sink, run="lightning", every=2)],  # the one line
-    )  # fmt: skip
+    )
     trainer.fit(module, torch.utils.data.DataLoader(Tokens(), batch_size=2))
     steps = layer_steps(sink)
     assert sorted(steps) == [0, 2]
@@ -105,6 +122,8 @@ def test_lightning_callback(tmp_path: Path) -> None:
     # one optimizer step = two micro-batches; the step's loss is their mean
     for step in (0, 2):
         assert sink.values("loss")[step] == pytest.approx(sum(module.seen[2 * step : 2 * step + 2]) / 2, rel=1e-6)
-    assert sorted(sink.values("grad_norm")) == [0, 2] and all(math.isfinite(v) for v in sink.values("grad_norm").values())
+    assert sorted(sink.values("grad_norm")) == [0, 2] and all(
+        math.isfinite(v) for v in sink.values("grad_norm").values()
+    )
     assert sink.values("lr")[2] == 0.01
     assert sink.runs[0].name == "lightning" and sink.statuses == ["finished"]

@@ -47,7 +47,7 @@ def test_tensorboard_event_files_hold_every_point(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.util import tensor_util
 
-    points, mon = train([hooks.TensorBoardSink(tmp_path)])
+    points, _ = train([hooks.TensorBoardSink(tmp_path)])
     want = expected(points)
     assert {"attention_z/layer_0", "router_z/layer_1", "max_vio/layer_1", "loss", "grad_norm"} <= set(want)
     acc = EventAccumulator(str(tmp_path / "tracked"), size_guidance={"tensors": 0})
