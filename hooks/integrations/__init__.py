@@ -12,7 +12,11 @@ still needs only torch, numpy and the standard library.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hyperwatch.hooks.attach import SinkSpec
+    from hyperwatch.hooks.monitor import Monitor
 
 _RUN_CHARS = re.compile(r"[^A-Za-z0-9_.:+=@-]+")
 
@@ -55,3 +59,29 @@ def loss_of(output: Any) -> Any:
     if isinstance(output, dict):
         return output.get("loss")
     return getattr(output, "loss", None)
+
+
+class Watch:
+    """What a callback hands to :func:`hooks.attach`, the monitor it made, and the step's loss."""
+
+    def __init__(self, sink: SinkSpec, run: str | None, every: int | None, attach_kwargs: dict[str, Any]) -> None:
+        self.sink = sink
+        self.run = run
+        self.every = every
+        self.attach_kwargs = attach_kwargs
+        self.monitor: Monitor | None = None
+        self.loss = StepLoss()
+
+    def start(self, model: Any, name: str, every: int, config: dict[str, Any], **defaults: Any) -> Monitor:
+        # Through the package, never the submodule: importing hyperwatch.hooks.attach first would
+        # leave the module, not the function, as hooks.attach for the user's own code.
+        from hyperwatch.hooks import attach
+
+        options = {**defaults, **self.attach_kwargs}
+        self.monitor = attach(model, self.run or name, self.sink, self.every or every, config, **options)
+        return self.monitor
+
+    def close(self, status: str = "finished") -> None:
+        if self.monitor is not None:
+            self.monitor.close(status)
+            self.monitor = None

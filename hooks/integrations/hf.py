@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
-from hyperwatch.hooks.attach import SinkSpec, attach
-from hyperwatch.hooks.integrations import StepLoss, loss_of, run_name
-from hyperwatch.hooks.monitor import Monitor
+from hyperwatch.hooks.integrations import Watch, loss_of, run_name
+
+if TYPE_CHECKING:
+    from hyperwatch.hooks.attach import SinkSpec
 
 log = logging.getLogger(__name__)
 
@@ -38,50 +39,44 @@ class HyperWatchCallback(TrainerCallback):  # type: ignore[misc]
     def __init__(
         self, sink: SinkSpec = "runs/hyperwatch", run: str | None = None, every: int | None = None, **attach_kwargs: Any
     ) -> None:
-        self.sink = sink
-        self.run = run
-        self.every = every
-        self.attach_kwargs = attach_kwargs
-        self.monitor: Monitor | None = None
-        self._loss = StepLoss()
+        self.watch = Watch(sink, run, every, attach_kwargs)
         self._handle: Any = None
         self._clipped = False
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if model is None or self.monitor is not None:
+        if model is None or self.watch.monitor is not None:
             return
-        every = self.every or (int(args.logging_steps) if args.logging_steps >= 1 else 10)
         config = {"training_args": args.to_sanitized_dict()}
         model_config: Any = getattr(model, "config", None)
         if hasattr(model_config, "to_diff_dict"):
             config["model_config"] = model_config.to_diff_dict()
         self._clipped = bool(args.max_grad_norm and args.max_grad_norm > 0)
-        options = {"grad_norm": not self._clipped, **self.attach_kwargs}
-        name = self.run or run_name(args.run_name or os.path.basename(str(args.output_dir)), "hf-trainer")
-        self.monitor = attach(model, run=name, sink=self.sink, every=every, config=config, **options)
+        name = run_name(args.run_name or os.path.basename(str(args.output_dir)), "hf-trainer")
+        every = int(args.logging_steps) if args.logging_steps >= 1 else 10
+        self.watch.start(model, name, every, config, grad_norm=not self._clipped)
         self._handle = model.register_forward_hook(self._keep_loss, with_kwargs=True)
 
     def _keep_loss(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
-        if self.monitor is not None and self.monitor.gate.armed and module.training:
-            self._loss.add(loss_of(output), share=kwargs.get("num_items_in_batch") is not None)
+        monitor = self.watch.monitor
+        if monitor is not None and monitor.gate.armed and module.training:
+            self.watch.loss.add(loss_of(output), share=kwargs.get("num_items_in_batch") is not None)
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.monitor is None:
+        if self.watch.monitor is None:
             return
         scheduler = kwargs.get("lr_scheduler")
         lr = float(scheduler.get_last_lr()[0]) if scheduler is not None else None
         tokens = int(state.num_input_tokens_seen) if getattr(state, "num_input_tokens_seen", 0) else None
-        self.monitor.step(state.global_step, loss=self._loss.take(), lr=lr, tokens=tokens)
+        self.watch.monitor.step(state.global_step, loss=self.watch.loss.take(), lr=lr, tokens=tokens)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         norm = (logs or {}).get("grad_norm")
-        if self.monitor is not None and self._clipped and isinstance(norm, (int, float)) and state.global_step > 0:
-            self.monitor.log(state.global_step - 1, {"grad_norm": float(norm)})
+        monitor = self.watch.monitor
+        if monitor is not None and self._clipped and isinstance(norm, (int, float)) and state.global_step > 0:
+            monitor.log(state.global_step - 1, {"grad_norm": float(norm)})
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
-        if self.monitor is not None:
-            self.monitor.close()
-            self.monitor = None
+        self.watch.close()

@@ -12,11 +12,12 @@ subclasses whichever is installed, ``lightning`` first).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hyperwatch.hooks.attach import SinkSpec, attach
-from hyperwatch.hooks.integrations import StepLoss, loss_of, run_name
-from hyperwatch.hooks.monitor import Monitor
+from hyperwatch.hooks.integrations import Watch, loss_of, run_name
+
+if TYPE_CHECKING:
+    from hyperwatch.hooks.attach import SinkSpec
 
 Callback: Any
 try:
@@ -33,43 +34,31 @@ class LightningCallback(Callback):  # type: ignore[misc]
         self, sink: SinkSpec = "runs/hyperwatch", run: str | None = None, every: int = 10, **attach_kwargs: Any
     ) -> None:
         super().__init__()
-        self.sink = sink
-        self.run = run
-        self.every = every
-        self.attach_kwargs = attach_kwargs
-        self.monitor: Monitor | None = None
-        self._loss = StepLoss()
+        self.watch = Watch(sink, run, every, attach_kwargs)
         self._stepped = 0
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        if self.monitor is not None:
+        if self.watch.monitor is not None:
             return
         hparams = dict(getattr(pl_module, "hparams", {}) or {})
-        name = self.run or run_name(getattr(trainer.logger, "name", None) or type(pl_module).__name__, "lightning")
-        self.monitor = attach(
-            pl_module, run=name, sink=self.sink, every=self.every, config={"hparams": hparams}, **self.attach_kwargs
-        )
+        name = run_name(getattr(trainer.logger, "name", None) or type(pl_module).__name__, "lightning")
+        self.watch.start(pl_module, name, 10, {"hparams": hparams})
         self._stepped = trainer.global_step
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.monitor is None:
+        monitor = self.watch.monitor
+        if monitor is None:
             return
-        if self.monitor.gate.armed:  # Lightning divides each micro-batch's loss by accumulate_grad_batches
-            self._loss.add(loss_of(outputs) if isinstance(outputs, dict) else outputs, share=True)
+        if monitor.gate.armed:  # Lightning divides each micro-batch's loss by accumulate_grad_batches
+            self.watch.loss.add(loss_of(outputs) if isinstance(outputs, dict) else outputs, share=True)
         if trainer.global_step == self._stepped:  # an accumulating micro-batch: the step is not done
             return
         self._stepped = trainer.global_step
-        lr = None
-        if trainer.optimizers:
-            lr = float(trainer.optimizers[0].param_groups[0]["lr"])
-        self.monitor.step(trainer.global_step - 1, loss=self._loss.take(), lr=lr)
+        lr = float(trainer.optimizers[0].param_groups[0]["lr"]) if trainer.optimizers else None
+        monitor.step(trainer.global_step - 1, loss=self.watch.loss.take(), lr=lr)
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
-        if self.monitor is not None:
-            self.monitor.close()
-            self.monitor = None
+        self.watch.close()
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        if self.monitor is not None:
-            self.monitor.close("failed")
-            self.monitor = None
+        self.watch.close("failed")

@@ -19,14 +19,7 @@ from hyperwatch.hooks.accumulate import Accumulator
 from hyperwatch.hooks.tracer import Tracer
 from tests.hooks.support import hf_model
 from tests.hooks.test_indicators import explicit_lse
-
-
-def per_layer(sink: hooks.MemorySink, step: int = 0) -> dict[int, dict[str, float]]:
-    out: dict[int, dict[str, float]] = {}
-    for p in sink.points:
-        if p.step == step and p.layer is not None:
-            out.setdefault(p.layer, {})[p.name] = p.value
-    return out
+from tests.hooks.test_torch_modules import per_layer
 
 
 def train_step(model: nn.Module, seed: int = 0) -> tuple[torch.Tensor, list[torch.Tensor]]:
