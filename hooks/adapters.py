@@ -5,8 +5,8 @@ An adapter only *finds* modules; :mod:`hooks.probes` measures them. Families:
 - ``bundled``: this project's ``trainer.model.Transformer`` (``model.blocks[i].attn`` with
   ``capture_lse``, ``.mlp`` an MLP or a ``MoE`` with ``capture``/``counts``/``aux_loss``).
   Recognized by those attributes, without importing the trainer.
-- ``layers``: any other model. Its blocks are the elements of its outermost ``nn.ModuleList`` /
-  ``nn.Sequential`` containers of one module class (sibling lists of equal length, e.g.
+- ``layers``: any other model. Its blocks are the elements of its outermost ``nn.ModuleList``
+  containers and ``nn.Sequential`` containers of one module class (sibling lists of equal length, e.g.
   ``mixers`` and ``ffns``, are zipped into one layer each; an encoder's and a decoder's lists
   are numbered one after the other). Inside each block the branches are first guessed by name
   (an attention child ``self_attn``, ``attn``, ``attention``...; an MLP child ``mlp``,
@@ -160,8 +160,8 @@ def find_blocks(model: nn.Module) -> list[tuple[nn.Module, ...]]:
     for name, m in model.named_modules():
         if not isinstance(m, (nn.ModuleList, nn.Sequential)) or len(m) == 0:
             continue
-        if len({type(c) for c in m}) != 1 or next(m.parameters(), None) is None:
-            continue
+        if next(m.parameters(), None) is None or (isinstance(m, nn.Sequential) and len({type(c) for c in m}) != 1):
+            continue  # a Sequential of mixed layers is one MLP, not a stack (a hybrid's ModuleList may mix)
         if any(_inside(name, outer) and name != outer for outer, _ in lists):
             continue  # inside a block of a list already taken (experts, a stage's sub-blocks)
         lists.append((name, m))

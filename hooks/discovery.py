@@ -195,8 +195,10 @@ def refine(plan: ModelPlan, tracer: Tracer, model: nn.Module) -> tuple[ModelPlan
         named = set(spec.attention.modules()) if spec.attention is not None else set()
         for part in (p for a in found for p in a.parts):
             # An attention branch makes an attention call; one without (a linear attention) is still
-            # the attention branch when it comes from the child named like one.
-            if part.attention is not None or part.module in named:
+            # the attention branch when it comes from the child named like one. A glob's attention
+            # is the attention, whatever the others call.
+            by_call = part.attention is not None and "attention" not in plan.fixed
+            if by_call or part.module in named:
                 if attention is None:
                     attention = part
                 else:
