@@ -117,8 +117,9 @@ def attach(
       lr, optimizer, parameterization...: the list is ``hooks.sinks.base.RUN_FIELDS``).
     - ``sink``: ``"http://host:8000"`` (spooled in ``spool``, token from ``token`` or
       ``HYPERWATCH_TOKEN``), a folder for offline JSONL, a :class:`hooks.Sink`, or a list of them.
-    - ``attention``/``mlp``/``router``: globs over module names for models the adapters do not
-      recognize (``top_k``: experts per token when the router returns bare logits).
+    - ``attention``/``mlp``/``router``: globs over module names that override the branches found
+      by what the residual stream receives (``top_k``: experts per token when the router returns
+      bare logits). Never an error for a model it can partly measure: the rest is ``unavailable``.
     - ``weights``: also each hidden matrix's Frobenius norm and update/weight ratio.
     - ``grad_norm``: compute the gradient norm when ``step`` is not given one.
     - ``close_timeout``: ``close()`` returns within about this many seconds (default
