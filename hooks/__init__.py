@@ -32,6 +32,8 @@ _EXPORTS = {
     "RunInfo": "hyperwatch.hooks.sinks",
     "Sink": "hyperwatch.hooks.sinks",
     "SinkError": "hyperwatch.hooks.sinks",
+    "TensorBoardSink": "hyperwatch.hooks.sinks.trackers",
+    "MlflowSink": "hyperwatch.hooks.sinks.trackers",
 }
 
 __all__ = [
@@ -42,12 +44,14 @@ __all__ = [
     "HttpSink",
     "JsonlSink",
     "MemorySink",
+    "MlflowSink",
     "Monitor",
     "Point",
     "RunInfo",
     "SchemaError",
     "Sink",
     "SinkError",
+    "TensorBoardSink",
     "attach",
     "make_sink",
 ]
@@ -58,6 +62,7 @@ if TYPE_CHECKING:
     from hyperwatch.hooks.monitor import Monitor
     from hyperwatch.hooks.schema import METRICS, Batch, Point, SchemaError
     from hyperwatch.hooks.sinks import FanOut, HttpSink, JsonlSink, MemorySink, RunInfo, Sink, SinkError
+    from hyperwatch.hooks.sinks.trackers import MlflowSink, TensorBoardSink
 
 
 def __getattr__(name: str) -> Any:

@@ -77,18 +77,18 @@ class Accumulator:
     """Sums of one logged step for ``n_layers`` layers, ``n_experts[l]`` routed experts each."""
 
     def __init__(self, n_layers: int, n_experts: list[int], device: torch.device) -> None:
-        if n_layers < 1:
-            raise ValueError("Accumulator: n_layers must be >= 1; the adapter found no layer to measure")
+        if n_layers < 0:
+            raise ValueError(f"Accumulator: n_layers must be >= 0, got {n_layers}")
         if len(n_experts) != n_layers:
             raise ValueError(f"Accumulator: n_experts has {len(n_experts)} entries; expected {n_layers}")
         self.n_layers = n_layers
         self.n_experts = list(n_experts)
         self.device = device
-        n_sums, n_exp = n_layers * N_SLOTS, n_layers * max(1, max(n_experts))
+        n_sums, n_exp = n_layers * N_SLOTS, n_layers * max([1, *n_experts])
         self.packed_size = n_sums + n_exp + n_layers * N_HOST
         self.flat = torch.zeros(self.packed_size + N_RUN, dtype=torch.float64, device=device)
         self.sums = self.flat[:n_sums].view(n_layers, N_SLOTS)
-        self.experts = self.flat[n_sums : n_sums + n_exp].view(n_layers, -1)
+        self.experts = self.flat[n_sums : n_sums + n_exp].view(n_layers, max([1, *n_experts]))
         self._host = self.flat[n_sums + n_exp : self.packed_size]
         # Views are one-element slices, never 0-d views (unbind/select): under torch.compile, AOT
         # autograd drops in-place adds into 0-d views of a lifted tensor (torch 2.13), slices keep them.
@@ -99,6 +99,9 @@ class Accumulator:
         self._pair = [(row[ATTN_SQ : ATTN_OUT + 1], row[MLP_SQ : MLP_OUT + 1]) for row in self.sums]
         self._experts = [self.experts[i, :n] for i, n in enumerate(self.n_experts)]
         self._device_counts = [_slices(row) for row in self._host.view(n_layers, N_HOST)]
+        # What the residual receives is scale * (the hooked output), e.g. Granite's residual_multiplier:
+        # RMS scales by |scale|, outlier ratios do not change. (layer, 0 attention / 1 mlp)
+        self.branch_scale = np.ones((n_layers, 2))
 
     def _count(self, layer: int, slot: int, n: int) -> None:
         """Add a shape-derived count: on the host in eager mode (no device op at all); inside a
@@ -138,6 +141,18 @@ class Accumulator:
         else:
             indicators.add_branch_sums_(pair, output)
         self._count(layer, ATTN_ELEMS if attention else MLP_ELEMS, output.numel())
+
+    def add_branch_totals(self, layer: int, branch: str, sums: torch.Tensor, elements: int) -> None:
+        """Sums already taken (sum of squares, outliers: :func:`hooks.indicators.branch_sums`) of
+        ``elements`` branch-output elements, e.g. by the discovery trace."""
+        attention = branch == "attention"
+        self._pair[layer][0 if attention else 1].add_(sums)
+        self._count(layer, ATTN_ELEMS if attention else MLP_ELEMS, elements)
+
+    def add_attention_z_totals(self, layer: int, z: torch.Tensor) -> None:
+        """(sum of LSE^2, rows with a softmax) already taken (:func:`hooks.indicators.z_sums`)."""
+        self._slot[layer][ATTN_Z].add_(z[0:1])
+        self._slot[layer][ATTN_Z_N].add_(z[1:2])
 
     def add_expert_counts(self, layer: int, counts: torch.Tensor) -> None:
         n = self.n_experts[layer]
@@ -195,7 +210,7 @@ class Accumulator:
         L = self.n_layers
         n_sums, n_exp = self.sums.numel(), self.experts.numel()
         sums = flat[:n_sums].reshape(L, N_SLOTS)
-        experts = flat[n_sums : n_sums + n_exp].reshape(L, -1)
+        experts = flat[n_sums : n_sums + n_exp].reshape(L, self.experts.shape[1])
         host = flat[n_sums + n_exp : n_sums + n_exp + L * N_HOST].reshape(L, N_HOST)
         out = []
         for layer in range(L):
@@ -207,11 +222,14 @@ class Accumulator:
             router_rows = s[ROUTER_Z_N] + h[ROUTER_Z_ROWS]
             if router_rows > 0:
                 v.router_z = float(s[ROUTER_Z] / router_rows)
+            scale = self.branch_scale[layer]
             if h[ATTN_ELEMS] > 0:
-                v.attention_rms = math.sqrt(s[ATTN_SQ] / h[ATTN_ELEMS]) if s[ATTN_SQ] >= 0 else math.nan
+                v.attention_rms = (
+                    math.sqrt(s[ATTN_SQ] / h[ATTN_ELEMS]) * float(abs(scale[0])) if s[ATTN_SQ] >= 0 else math.nan
+                )
                 v.attention_outlier_ratio = float(s[ATTN_OUT] / h[ATTN_ELEMS])
             if h[MLP_ELEMS] > 0:
-                v.mlp_rms = math.sqrt(s[MLP_SQ] / h[MLP_ELEMS]) if s[MLP_SQ] >= 0 else math.nan
+                v.mlp_rms = math.sqrt(s[MLP_SQ] / h[MLP_ELEMS]) * float(abs(scale[1])) if s[MLP_SQ] >= 0 else math.nan
                 v.mlp_outlier_ratio = float(s[MLP_OUT] / h[MLP_ELEMS])
             if h[AUX_N] > 0:
                 v.aux_loss = float(s[AUX] / h[AUX_N])

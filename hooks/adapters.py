@@ -5,11 +5,16 @@ An adapter only *finds* modules; :mod:`hooks.probes` measures them. Families:
 - ``bundled``: this project's ``trainer.model.Transformer`` (``model.blocks[i].attn`` with
   ``capture_lse``, ``.mlp`` an MLP or a ``MoE`` with ``capture``/``counts``/``aux_loss``).
   Recognized by those attributes, without importing the trainer.
-- ``layers``: any model holding its blocks in an ``nn.ModuleList`` whose blocks have an attention
-  child (``self_attn``, ``attn``, ``attention``...) and an MLP child (``mlp``, ``feed_forward``,
-  ``block_sparse_moe``...): Hugging Face Llama, Qwen2, GPT-2, Mixtral, Qwen2-MoE, OLMoE and most
-  hand-written GPTs. An MoE router is the MLP's ``gate``/``router`` child. Attention Z comes from
-  intercepting the attention call (:mod:`hooks.intercept`).
+- ``layers``: any other model. Its blocks are the elements of its outermost ``nn.ModuleList``
+  containers and ``nn.Sequential`` containers of one module class (sibling lists of equal length, e.g.
+  ``mixers`` and ``ffns``, are zipped into one layer each; an encoder's and a decoder's lists
+  are numbered one after the other). Inside each block the branches are first guessed by name
+  (an attention child ``self_attn``, ``attn``, ``attention``...; an MLP child ``mlp``,
+  ``feed_forward``, ``block_sparse_moe``...; an MoE router is the MLP's ``gate``/``router``
+  child), then, on the first logged eager forward, replaced by what the residual stream
+  actually receives (:mod:`hooks.discovery`). Attention Z comes from intercepting the attention
+  call (:mod:`hooks.intercept`). A model without such blocks is still monitored: run-level
+  values, and every per-layer indicator listed as unavailable with the fix.
 - ``torch``: PyTorch's own ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``
   (alone, in ``nn.TransformerEncoder``/``nn.TransformerDecoder``/``nn.Transformer`` or any
   container; ``batch_first`` and ``norm_first`` either way), numbered in module order (encoder
@@ -49,7 +54,7 @@ class AdapterError(ValueError):
 @dataclass
 class LayerSpec:
     index: int
-    attention: nn.Module | None = None
+    attention: nn.Module | None = None  # whose attention call gives attention Z
     mlp: nn.Module | None = None
     router: nn.Module | None = None
     n_experts: int = 0
@@ -57,6 +62,9 @@ class LayerSpec:
     bundled: bool = False  # attention has capture_lse / mlp may be the bundled MoE
     attention_output: nn.Module | None = None  # whose output is the attention branch (default: attention)
     mha: bool = False  # attention is an nn.MultiheadAttention: Z recomputed by hooks.mha
+    blocks: tuple[nn.Module, ...] = ()  # the block module(s) of this layer, where discovery looks
+    attention_scale: float = 1.0  # the residual receives scale * output (e.g. Granite's residual_multiplier)
+    mlp_scale: float = 1.0
 
 
 @dataclass
@@ -65,6 +73,26 @@ class ModelPlan:
     layers: list[LayerSpec]
     unavailable: dict[str, str] = field(default_factory=dict)  # "metric[@layer]" -> reason and fix
     notes: dict[str, str] = field(default_factory=dict)  # how values are obtained, stored in the run config
+    discover: bool = False  # refine the branches on the first logged forward (hooks.discovery)
+    fixed: frozenset[str] = frozenset()  # branches named by globs: discovery leaves them as they are
+
+
+BRANCH_KEYS = {
+    "attention": ("attention_z", "attention_rms", "attention_outlier_ratio"),
+    "mlp": ("mlp_rms", "mlp_outlier_ratio"),
+}
+
+
+def branch_gaps(spec: LayerSpec, reason: str, mlp_reason: str | None = None) -> dict[str, str]:
+    """Every indicator key of the branches ``spec`` lacks (outlier ratios included), with the reason."""
+    out: dict[str, str] = {}
+    if spec.attention is None and spec.attention_output is None:
+        out.update({f"{k}@{spec.index}": reason for k in BRANCH_KEYS["attention"]})
+    elif spec.attention is None:
+        out[f"attention_z@{spec.index}"] = reason
+    if spec.mlp is None:
+        out.update({f"{k}@{spec.index}": mlp_reason or reason for k in BRANCH_KEYS["mlp"]})
+    return out
 
 
 def _int_attr(*objs: Any, names: tuple[str, ...]) -> int:
@@ -76,7 +104,7 @@ def _int_attr(*objs: Any, names: tuple[str, ...]) -> int:
     return 0
 
 
-def _router_size(router: nn.Module, mlp: nn.Module | None, model: nn.Module) -> tuple[int, int]:
+def router_size(router: nn.Module, mlp: nn.Module | None, model: nn.Module) -> tuple[int, int]:
     """(routed experts, experts per token) of a router, from its attributes or the model config."""
     config = getattr(model, "config", None)
     n = _int_attr(router, mlp, names=("num_experts", "n_experts", "n_routed_experts", "out_features"))
@@ -111,7 +139,7 @@ def bundled_plan(model: nn.Module) -> ModelPlan:
     return ModelPlan("bundled", layers)
 
 
-def _child(module: nn.Module, names: tuple[str, ...], contains: tuple[str, ...]) -> nn.Module | None:
+def child_named(module: nn.Module, names: tuple[str, ...], contains: tuple[str, ...] = ()) -> nn.Module | None:
     children = dict(module.named_children())
     for name in names:
         if isinstance(children.get(name), nn.Module):
@@ -122,43 +150,65 @@ def _child(module: nn.Module, names: tuple[str, ...], contains: tuple[str, ...])
     return None
 
 
-def _find_layer_list(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
-    best: tuple[str, nn.ModuleList] | None = None
-    for name, module in model.named_modules():
-        if not isinstance(module, nn.ModuleList) or len(module) == 0:
+def _inside(name: str, outer: str) -> bool:
+    return outer == "" or name.startswith(outer + ".")
+
+
+def find_blocks(model: nn.Module) -> list[tuple[nn.Module, ...]]:
+    """The model's blocks, one tuple per layer (see the module docstring), in module order."""
+    lists: list[tuple[str, nn.ModuleList | nn.Sequential]] = []
+    for name, m in model.named_modules():
+        if not isinstance(m, (nn.ModuleList, nn.Sequential)) or len(m) == 0:
             continue
-        has_attention = all(_child(b, ATTENTION_NAMES, ("attn", "attention")) is not None for b in module)
-        if has_attention and (best is None or len(module) > len(best[1])):
-            best = (name, module)
-    return best
+        if next(m.parameters(), None) is None or (isinstance(m, nn.Sequential) and len({type(c) for c in m}) != 1):
+            continue  # a Sequential of mixed layers is one MLP, not a stack (a hybrid's ModuleList may mix)
+        if any(_inside(name, outer) and name != outer for outer, _ in lists):
+            continue  # inside a block of a list already taken (experts, a stage's sub-blocks)
+        lists.append((name, m))
+    layers: list[tuple[nn.Module, ...]] = []
+    taken: set[str] = set()
+    for name, m in lists:
+        if name in taken:
+            continue
+        parent = name.rpartition(".")[0]
+        siblings = [(n, o) for n, o in lists if n not in taken and n.rpartition(".")[0] == parent and len(o) == len(m)]
+        taken.update(n for n, _ in siblings)
+        layers += list(zip(*(list(o) for _, o in siblings)))
+    return layers
 
 
 def layers_plan(model: nn.Module) -> ModelPlan:
-    found = _find_layer_list(model)
-    if found is None:
-        raise AdapterError(
-            f"{type(model).__name__}: found no nn.ModuleList of blocks with an attention child "
-            f"(named one of {list(ATTENTION_NAMES)}); name the modules with "
-            "hooks.attach(..., attention='<glob>', mlp='<glob>', router='<glob>')"
-        )
-    list_name, blocks = found
+    """Blocks by structure, branches guessed by name (refined by discovery on the first forward)."""
     module = type(model).__module__
     family = "hf" if module.startswith("transformers.") else "layers"
-    plan = ModelPlan(family, [])
-    for i, block in enumerate(blocks):
-        spec = LayerSpec(index=i)
-        spec.attention = _child(block, ATTENTION_NAMES, ("attn", "attention"))
-        spec.mlp = _child(block, MLP_NAMES, ("mlp", "ffn", "moe", "feed_forward"))
-        if spec.mlp is None:
-            plan.unavailable[f"mlp_rms@{i}"] = (
-                f"block {list_name}.{i} has no MLP child named one of {list(MLP_NAMES)}; "
-                "name it with hooks.attach(..., mlp='<glob>')"
-            )
-        else:
-            router = _child(spec.mlp, ROUTER_NAMES, ())
+    blocks = find_blocks(model)
+    plan = ModelPlan(family, [], discover=True)
+    if not blocks:
+        plan.discover = False
+        reason = (
+            f"{type(model).__name__}: found no blocks (an nn.ModuleList or nn.Sequential of one module class), so no "
+            "per-layer indicator; loss, grad_norm and the other run-level values are recorded. Name the branches "
+            "with hooks.attach(..., attention='<glob>', mlp='<glob>')"
+        )
+        plan.unavailable = {k: reason for keys in BRANCH_KEYS.values() for k in keys}
+        return plan
+    for i, group in enumerate(blocks):
+        spec = LayerSpec(index=i, blocks=group)
+        for block in group:
+            spec.attention = spec.attention or child_named(block, ATTENTION_NAMES, ("attn", "attention"))
+            spec.mlp = spec.mlp or child_named(block, MLP_NAMES, ("mlp", "ffn", "moe", "feed_forward"))
+        if spec.mlp is not None:
+            router = child_named(spec.mlp, ROUTER_NAMES)
             if router is not None:
                 spec.router = router
-                spec.n_experts, spec.top_k = _router_size(router, spec.mlp, model)
+                spec.n_experts, spec.top_k = router_size(router, spec.mlp, model)
+        plan.unavailable.update(
+            branch_gaps(
+                spec,
+                f"block {i} has no child named like an attention ({list(ATTENTION_NAMES)}) or an MLP "
+                f"({list(MLP_NAMES)}); name it with hooks.attach(..., attention='<glob>', mlp='<glob>')",
+            )
+        )
         plan.layers.append(spec)
     return _note_mha(plan)
 
@@ -239,13 +289,18 @@ def pattern_plan(
     for i, m in enumerate(router_mods):
         spec = plan.layers[i]
         spec.router = m
-        spec.n_experts, k = _router_size(m, spec.mlp, model)
+        spec.n_experts, k = router_size(m, spec.mlp, model)
         spec.top_k = top_k if top_k is not None else k
     if attention is None:
-        plan.unavailable["attention_z"] = "no attention glob given; pass hooks.attach(..., attention='<glob>')"
-        plan.unavailable["attention_rms"] = plan.unavailable["attention_z"]
+        plan.unavailable.update(
+            dict.fromkeys(
+                BRANCH_KEYS["attention"], "no attention glob given; pass hooks.attach(..., attention='<glob>')"
+            )
+        )
     if mlp is None:
-        plan.unavailable["mlp_rms"] = "no mlp glob given; pass hooks.attach(..., mlp='<glob>')"
+        plan.unavailable.update(
+            dict.fromkeys(BRANCH_KEYS["mlp"], "no mlp glob given; pass hooks.attach(..., mlp='<glob>')")
+        )
     return _note_mha(plan)
 
 
@@ -278,13 +333,16 @@ def _override(plan: ModelPlan, patterns: ModelPlan, attention: str | None, mlp: 
                 spec.mlp = src.mlp
             else:
                 spec.router, spec.n_experts, spec.top_k = src.router, src.n_experts, src.top_k
-        prefixes = {"attention": ("attention_z", "attention_rms"), "mlp": ("mlp_rms",), "router": ("router_z",)}
+        prefixes = {**BRANCH_KEYS, "router": ("router_z", "max_vio")}
         for key in [k for k in plan.unavailable if k.split("@")[0] in prefixes[branch]]:
             del plan.unavailable[key]
         if branch == "attention":
             plan.unavailable.pop("cross_attention", None)
     _note_mha(plan)
     plan.family += "+pattern"
+    plan.fixed = frozenset(b for b, g in given.items() if g is not None)
+    if {"attention", "mlp"} <= plan.fixed:
+        plan.discover = False
 
 
 def _note_mha(plan: ModelPlan) -> ModelPlan:
@@ -307,9 +365,10 @@ def discover(
 ) -> ModelPlan:
     """The plan for ``model``.
 
-    ``adapter="auto"``: the bundled model, else PyTorch's transformer layers, else a layer list;
-    a glob given for one branch replaces that branch only, the others stay auto-detected (when
-    nothing can be auto-detected, the globs alone make the plan). ``adapter="pattern"``: globs only.
+    ``adapter="auto"``: the bundled model, else PyTorch's transformer layers, else the model's
+    blocks (never an error: what cannot be found is listed in ``unavailable``); a glob given for
+    one branch replaces that branch only, the others stay auto-detected (when no block is found,
+    the globs alone make the plan). ``adapter="pattern"``: globs only.
     """
     if adapter not in ("auto", "bundled", "torch", "layers", "pattern"):
         raise AdapterError(f"adapter: unknown {adapter!r}; use 'auto', 'bundled', 'torch', 'layers' or 'pattern'")
@@ -327,11 +386,8 @@ def discover(
     elif adapter == "layers":
         plan = layers_plan(model)
     else:
-        try:
-            plan = _auto_plan(model)
-        except AdapterError:
-            if not patterns_given:
-                raise
+        plan = _auto_plan(model)
+        if patterns_given and not plan.layers:
             return pattern_plan(model, attention, mlp, router, top_k)
     if patterns_given:
         _override(plan, pattern_plan(model, attention, mlp, router, top_k), attention, mlp, router)

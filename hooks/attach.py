@@ -117,8 +117,9 @@ def attach(
       lr, optimizer, parameterization...: the list is ``hooks.sinks.base.RUN_FIELDS``).
     - ``sink``: ``"http://host:8000"`` (spooled in ``spool``, token from ``token`` or
       ``HYPERWATCH_TOKEN``), a folder for offline JSONL, a :class:`hooks.Sink`, or a list of them.
-    - ``attention``/``mlp``/``router``: globs over module names for models the adapters do not
-      recognize (``top_k``: experts per token when the router returns bare logits).
+    - ``attention``/``mlp``/``router``: globs over module names that override the branches found
+      by what the residual stream receives (``top_k``: experts per token when the router returns
+      bare logits). Never an error for a model it can partly measure: the rest is ``unavailable``.
     - ``weights``: also each hidden matrix's Frobenius norm and update/weight ratio.
     - ``grad_norm``: compute the gradient norm when ``step`` is not given one.
     - ``close_timeout``: ``close()`` returns within about this many seconds (default
@@ -134,7 +135,7 @@ def attach(
     if isinstance(chunk_elements, bool) or not isinstance(chunk_elements, int) or chunk_elements < 1:
         raise ValueError(f"chunk_elements: must be a positive integer, got {chunk_elements!r}")
     plan = discover(model, adapter, attention, mlp, router, top_k)
-    n_layers = max(s.index for s in plan.layers) + 1
+    n_layers = max((s.index for s in plan.layers), default=-1) + 1
     full_config = dict(config or {})
     full_config.setdefault("_hyperwatch", {**_environment(model, plan.family, every, n_layers), **plan.notes})
     info = RunInfo(name=run, config=full_config, fields={"status": "running", **run_fields})

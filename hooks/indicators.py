@@ -160,7 +160,8 @@ def attention_lse(
 
     q: (*, Hq, L, D); k: (*, Hk, S, D); ``attn_mask`` boolean (True takes part) or additive,
     broadcastable to (*, Hq, L, S); ``is_causal`` masks key j > query i (top-left aligned, as
-    SDPA does); ``enable_gqa`` lets Hq be a multiple of Hk (query head h reads key head h // g).
+    SDPA does); ``enable_gqa`` lets Hq be a multiple of Hk (query head h reads key head h // g); one key head
+    (Hk = 1) is broadcast over every query head with or without it, as SDPA does.
     Queries are processed in chunks of rows so that at most ``chunk_elements`` scores exist at
     once (one chunk when that fits). Returns (*, Hq, L) fp32.
 
@@ -177,7 +178,9 @@ def attention_lse(
     hk, S = k.shape[-3], k.shape[-2]
     if scale is None:
         scale = 1.0 / math.sqrt(D)
-    if hq != hk and (not enable_gqa or hq % hk != 0):
+    # SDPA broadcasts a single key/value head over every query head (multi-query attention) as a
+    # matmul would; any other difference in heads needs enable_gqa and a multiple.
+    if hq != hk and hk != 1 and (not enable_gqa or hq % hk != 0):
         raise ValueError(f"attention_lse: q has {hq} heads and k has {hk}; pass enable_gqa=True with a multiple")
     group = hq // hk
     full_shape = (*lead, hq, L, S)

@@ -14,12 +14,14 @@ only on logged steps. It watches two calls:
   kernels refuse; tensor subclasses) the call runs unchanged and the LSE is recomputed beside it
   from q and k in query chunks (:func:`hooks.indicators.attention_lse`): the costly path, which
   the probe reports once (a warning and the monitor's ``unavailable`` notes).
-- ``softmax(scores, dim=-1)`` on a 4-D tensor (the "eager" attention of Hugging Face models and
-  most hand-written attention): the scores are materialized already, so their LSE is one more
-  reduction over them.
+- ``softmax(scores, dim=-1)`` (the "eager" attention of Hugging Face models and most
+  hand-written attention): the scores are materialized already, so their LSE is one more
+  reduction over them. Which softmax is the attention's is told by what follows: its output
+  (through dropout, casts or a head mask) is multiplied by the values. A gate's softmax, before
+  or after, is not.
 
-Only the first such call per forward is taken (an attention module has one softmax); the rest
-of the forward is untouched, so outputs and gradients are bit-identical with and without it.
+Every other call runs as the model makes it, so outputs and gradients are bit-identical with and
+without the mode; a failure of ours is reported (``on_error``) and never reaches the model.
 """
 
 from __future__ import annotations
@@ -233,26 +235,80 @@ def cpu_flash_with_lse(a: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor] |
         return None
 
 
+def guarded(fn: Callable[[], Any], on_error: Callable[[BaseException], None]) -> Any:
+    """``fn()``, or None after ``on_error(exc)`` if it raised: a measurement must never fail the
+    user's forward. Inside a ``torch.compile`` trace ``fn`` runs as is (no try block to trace);
+    there an error is a tracing error, which dynamo reports itself."""
+    if torch.compiler.is_compiling():
+        return fn()
+    try:
+        return fn()
+    except Exception as exc:  # any failure of ours; the model's own result stays untouched
+        on_error(exc)
+        return None
+
+
+_MATMUL: set[Any] = {
+    torch.matmul,
+    torch.Tensor.matmul,
+    torch.Tensor.__matmul__,
+    torch.bmm,
+    torch.Tensor.bmm,
+    torch.einsum,
+}
+
+
+def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensor arguments of a call, one level into lists and tuples (einsum's operands)."""
+    out: list[torch.Tensor] = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out += [t for t in a if isinstance(t, torch.Tensor)]
+    return out
+
+
 class AttentionZMode(TorchFunctionMode):
     """Collects the attention LSE of the attention call(s) made while it is active.
 
     ``sink(lse, every_row_attends)`` receives the (..., heads, queries) fp32 LSE of each
-    intercepted call. ``seen`` counts intercepted calls since the last :meth:`begin`.
+    intercepted call. ``seen`` counts attention calls found since the last :meth:`begin`;
+    ``candidates`` counts softmax calls that were not (yet) identified as attention.
     ``on_recompute(reason)`` is told each time an SDPA call had to take the costly path (scores
-    recomputed beside the call because no LSE kernel applies); the probe reports it once.
+    recomputed beside the call because no LSE kernel applies); ``on_error(exc)`` each time our
+    own work failed (the call then ran as the model made it).
+
+    A softmax over the last dimension of a tensor of 3 or more dimensions is only a candidate:
+    its LSE is kept aside and counted as attention once its output (or a same-shaped tensor made
+    from it: dropout, a cast, a head mask) is multiplied by the values in a matmul. A softmax
+    whose output is used otherwise (a gate) is never taken, whatever the order of the calls.
     """
 
-    def __init__(self, sink: LseSink, chunk_elements: int, on_recompute: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        sink: LseSink,
+        chunk_elements: int,
+        on_recompute: Callable[[str], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
         super().__init__()
         self.sink = sink
         self.chunk_elements = chunk_elements
         self.on_recompute = on_recompute
+        self.on_error = on_error if on_error is not None else _log_error
         self.seen = 0
-        self._taken = False
+        self.candidates = 0
+        self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (softmax output or its carrier, LSE)
 
     def begin(self) -> None:
-        """A new forward of the watched module: its first softmax may be taken again."""
-        self._taken = False
+        """A new forward of the watched module: forget its softmax candidates."""
+        self.seen = 0
+        self.candidates = 0
+        self._pending = []
+
+    def end(self) -> None:
+        self._pending = []
 
     def __torch_function__(
         self,
@@ -264,23 +320,52 @@ class AttentionZMode(TorchFunctionMode):
         kwargs = kwargs or {}
         if func in _SDPA:
             return self._on_sdpa(func, args, kwargs)
-        if func in _SOFTMAX and not self._taken:
-            self._on_softmax(args, kwargs)
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if func in _SOFTMAX or self._pending:
+            guarded(lambda: self._after(func, args, kwargs, out), self.on_error)
+        return out
+
+    def _after(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        if func in _SOFTMAX:
+            self._on_softmax(args, kwargs, out)
+            return
+        inputs = _tensors(args, kwargs)
+        hit = [(p, lse) for p, lse in self._pending if any(t is p for t in inputs)]
+        if not hit:
+            return
+        if func in _MATMUL:
+            self._pending = [e for e in self._pending if not any(e is h for h in hit)]
+            for entry in hit:
+                self.seen += 1
+                self.candidates -= 1
+                with torch.no_grad():
+                    self.sink(entry[1], False)
+        elif isinstance(out, torch.Tensor) and out.shape == hit[0][0].shape:
+            self._pending.append((out, hit[0][1]))  # dropout, cast, head mask...: still the probabilities
 
     def _on_sdpa(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         a = _sdpa_arguments(args, kwargs)
-        self._taken = True
         self.seen += 1
         try:
             out, lse = sdpa_with_lse(a)
         except KernelUnavailable as why:
             if self.on_recompute is not None:
                 self.on_recompute(str(why))
+        except Exception as exc:  # not ours to raise: the call runs as the model made it
+            self.on_error(exc)
+            return func(*args, **kwargs)
         else:
-            with torch.no_grad():
-                self.sink(lse, a.get("attn_mask") is None)
+            guarded(lambda: self._sink_lse(lse, a.get("attn_mask") is None), self.on_error)
             return out
+        out = func(*args, **kwargs)  # the model's own call (its own errors are the model's)
+        guarded(lambda: self._recompute(a), self.on_error)
+        return out
+
+    def _sink_lse(self, lse: torch.Tensor, every_row_attends: bool) -> None:
+        with torch.no_grad():
+            self.sink(lse, every_row_attends)
+
+    def _recompute(self, a: dict[str, Any]) -> None:
         with torch.no_grad():
             lse = indicators.attention_lse(
                 a["query"],
@@ -292,15 +377,19 @@ class AttentionZMode(TorchFunctionMode):
                 chunk_elements=self.chunk_elements,
             )
             self.sink(lse, a.get("attn_mask") is None)
-        return func(*args, **kwargs)
 
-    def _on_softmax(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _on_softmax(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         x = args[0] if args else kwargs.get("input")
         dim = args[1] if len(args) > 1 else kwargs.get("dim")
-        if not isinstance(x, torch.Tensor) or x.dim() != 4 or dim not in (-1, 3):
+        if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor) or x.dim() < 3:
             return
-        self._taken = True
+        if dim not in (-1, x.dim() - 1):
+            return
         with torch.no_grad():
             lse = torch.logsumexp(x.detach().float(), dim=-1)
-            self.sink(lse, False)
-        self.seen += 1
+        self._pending.append((out, lse))
+        self.candidates += 1
+
+
+def _log_error(exc: BaseException) -> None:
+    log.warning("hooks: attention Z interception failed (%s: %s); the call ran unchanged", type(exc).__name__, exc)

@@ -32,7 +32,7 @@ from torch.utils.hooks import RemovableHandle
 from hyperwatch.hooks import indicators
 from hyperwatch.hooks.accumulate import Accumulator
 from hyperwatch.hooks.intercept import cpu_flash_with_lse
-from hyperwatch.hooks.probes import Gate, Probe
+from hyperwatch.hooks.probes import Gate, Probe, Report, ignore
 
 _FORWARD_PARAMS = (
     "query",
@@ -131,10 +131,14 @@ def mha_lse(module: nn.MultiheadAttention, a: dict[str, Any], chunk_elements: in
 class MhaProbe(Probe):
     """Attention Z of an ``nn.MultiheadAttention``, from a forward pre-hook (see the module docstring)."""
 
-    def __init__(self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module, chunk_elements: int) -> None:
+    keys = ("attention_z",)
+
+    def __init__(
+        self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module, chunk_elements: int, report: Report = ignore
+    ) -> None:
         if not isinstance(module, nn.MultiheadAttention):
             raise TypeError(f"MhaProbe: expected an nn.MultiheadAttention, got {type(module).__name__}")
-        super().__init__(acc, gate, layer)
+        super().__init__(acc, gate, layer, report)
         self.module = module
         self.chunk_elements = chunk_elements
 
@@ -142,11 +146,18 @@ class MhaProbe(Probe):
         return [self.module.register_forward_pre_hook(self._pre, with_kwargs=True)]
 
     def _pre(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if not self.gate.active():
-            return None
-        bound = dict(zip(_FORWARD_PARAMS, args))
-        bound.update(kwargs)
-        with torch.no_grad():
-            lse, every_row_attends = mha_lse(self.module, bound, self.chunk_elements)
-            self.acc.add_attention_lse(self.layer, lse, every_row_attends=every_row_attends)
+        if self.live():
+            self.guard(lambda: self._measure(args, kwargs))
         return None
+
+    def _measure(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        with torch.no_grad():
+            lse, every_row_attends = mha_lse(self.module, call_arguments(args, kwargs), self.chunk_elements)
+            self.acc.add_attention_lse(self.layer, lse, every_row_attends=every_row_attends)
+
+
+def call_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An ``nn.MultiheadAttention`` call's arguments by name."""
+    bound = dict(zip(_FORWARD_PARAMS, args))
+    bound.update(kwargs)
+    return bound

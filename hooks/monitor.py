@@ -33,7 +33,8 @@ from torch import nn
 
 from hyperwatch.hooks import indicators
 from hyperwatch.hooks.accumulate import GRAD_NORM, LOSS, LOSS_N, Accumulator, LayerValues
-from hyperwatch.hooks.adapters import ModelPlan
+from hyperwatch.hooks.adapters import LayerSpec, ModelPlan
+from hyperwatch.hooks.discovery import DiscoveryProbe, refine
 from hyperwatch.hooks.mha import MhaProbe
 from hyperwatch.hooks.probes import (
     BranchProbe,
@@ -46,6 +47,7 @@ from hyperwatch.hooks.probes import (
 )
 from hyperwatch.hooks.schema import Batch, Point, validate_name
 from hyperwatch.hooks.sinks.base import RunInfo, Sink
+from hyperwatch.hooks.tracer import Tracer
 from hyperwatch.hooks.weights import WeightTracker
 
 log = logging.getLogger(__name__)
@@ -108,17 +110,23 @@ class Monitor:
         self.distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size(process_group) > 1
         self.rank = dist.get_rank(process_group) if self.distributed else 0
         self.sink = sink if self.rank == 0 else None
-        self.unavailable: dict[str, str] = dict(plan.unavailable)
+        # A plan still to be refined by discovery sends its gaps only once they are known: the
+        # service merges what it is told, so a guess sent now could never be taken back.
+        self._discovering = plan.discover
+        known = {} if plan.discover else dict(plan.unavailable)
+        self.unavailable: dict[str, str] = dict(known)
         self._reported: set[str] = set()
-        self._sent_unavailable = dict(plan.unavailable)  # what the sink has (sent with the run)
+        self._sent_unavailable = dict(known)  # what the sink has (sent with the run)
+        self.notes: dict[str, str] = dict(plan.notes)
+        self._sent_notes = dict(plan.notes)
         self._warned_no_grad = False
-        if plan.unavailable:
-            run.fields["unavailable"] = dict(plan.unavailable)
+        if known:
+            run.fields["unavailable"] = dict(known)
         self._checked_missing = False
         self.closed = False
         self._finished = False
         self.last_points: list[Point] = []  # the last emitted step's points, for progress displays
-        n_layers = max(spec.index for spec in plan.layers) + 1
+        n_layers = max((spec.index for spec in plan.layers), default=-1) + 1
         n_experts = [0] * n_layers
         for spec in plan.layers:
             n_experts[spec.index] = spec.n_experts
@@ -126,38 +134,98 @@ class Monitor:
         self.gate = Gate()
         self._probes_armed = False
         self.probes: list[Probe] = []
+        self._chunk_elements = chunk_elements
         self._install(chunk_elements)
+        if plan.discover:
+            self.probes.append(
+                DiscoveryProbe(
+                    self.acc, self.gate, model, plan, self._discovered, chunk_elements, self._report, self._note
+                )
+            )
         self.weights = WeightTracker(plan.layers) if weights else None
         self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._emitter = threading.Thread(target=self._emit_loop, name="hyperwatch-emitter", daemon=True)
         self._emitter.start()
-        for key, reason in plan.unavailable.items():
+        for key, reason in known.items():
             self._report(key, reason)
         if self.sink is not None:
             self._submit(lambda: self.sink.start(run) if self.sink is not None else None)
         self._arm(True)  # the first step after attach is always logged
 
     # -- setup --
-    def _install(self, chunk_elements: int) -> None:
-        acc, gate = self.acc, self.gate
+    def _install(self, chunk_elements: int, routers: bool = True) -> None:
+        acc, gate, report = self.acc, self.gate, self._report
         for spec in self.plan.layers:
             i = spec.index
+            branch = spec.attention_output if spec.attention_output is not None else spec.attention
+            if branch is not None:
+                self.probes.append(BranchProbe(acc, gate, i, branch, "attention", report))
+                acc.branch_scale[i, 0] = spec.attention_scale
             if spec.attention is not None:
-                branch = spec.attention_output if spec.attention_output is not None else spec.attention
-                self.probes.append(BranchProbe(acc, gate, i, branch, "attention"))
                 if spec.bundled:
-                    self.probes.append(KernelLseProbe(acc, gate, i, spec.attention, self._report))
+                    self.probes.append(KernelLseProbe(acc, gate, i, spec.attention, report))
                 elif spec.mha:
-                    self.probes.append(MhaProbe(acc, gate, i, spec.attention, chunk_elements))
+                    self.probes.append(MhaProbe(acc, gate, i, spec.attention, chunk_elements, report))
                 else:
-                    self.probes.append(InterceptProbe(acc, gate, i, spec.attention, self._report, chunk_elements))
+                    self.probes.append(InterceptProbe(acc, gate, i, spec.attention, report, chunk_elements, self._note))
             if spec.mlp is not None:
-                self.probes.append(BranchProbe(acc, gate, i, spec.mlp, "mlp"))
-            if spec.router is not None:
+                self.probes.append(BranchProbe(acc, gate, i, spec.mlp, "mlp", report))
+                acc.branch_scale[i, 1] = spec.mlp_scale
+            if spec.router is not None and routers:
                 if spec.bundled:
-                    self.probes.append(BundledMoEProbe(acc, gate, i, spec.router))
+                    self.probes.append(BundledMoEProbe(acc, gate, i, spec.router, report))
                 else:
-                    self.probes.append(RouterProbe(acc, gate, i, spec.router, spec.n_experts, spec.top_k, self._report))
+                    self.probes.append(RouterProbe(acc, gate, i, spec.router, spec.n_experts, spec.top_k, report))
+
+    def _discovered(self, static: ModelPlan, tracer: Tracer) -> None:
+        """The first logged forward was traced: hook what each residual add received (eager only).
+
+        The trace measured that forward: its sums are booked to the new plan's branches, so the
+        step keeps its values. Routers keep their probes (they measured the traced forward too)."""
+        self._discovering = False
+        if tracer.error is not None:
+            self._adopt_static()
+            return
+        plan, notes = refine(static, tracer, self.model)
+        keep = [p for p in self.probes if p.during_discovery and not isinstance(p, DiscoveryProbe)]
+        for probe in self.probes:
+            if probe not in keep:
+                probe.remove()
+        self.probes = keep
+        self.plan = plan
+        self.acc.branch_scale[:] = 1.0
+        routers = {id(p.module) for p in keep if isinstance(p, (RouterProbe, BundledMoEProbe))}
+        self._install(self._chunk_elements, routers=False)
+        for spec in plan.layers:  # a router found only now (its MLP was found only now)
+            if spec.router is not None and id(spec.router) not in routers:
+                self.probes.append(
+                    RouterProbe(self.acc, self.gate, spec.index, spec.router, spec.n_experts, spec.top_k, self._report)
+                )
+        for probe in self.probes:
+            probe.arm(self._probes_armed)
+        with torch.no_grad():
+            for spec in plan.layers:
+                self._book_trace(spec, tracer)
+        for key, text in notes.items():
+            self._note(key, text)
+        for key, reason in plan.unavailable.items():
+            self._report(key, reason)
+
+    def _book_trace(self, spec: LayerSpec, tracer: Tracer) -> None:
+        branch = spec.attention_output if spec.attention_output is not None else spec.attention
+        for name, module in (("attention", branch), ("mlp", spec.mlp)):
+            m = tracer.sums.get(module) if module is not None else None
+            if m is not None and m.branch is not None:
+                self.acc.add_branch_totals(spec.index, name, m.branch.to(self.device), m.elements)
+        z = tracer.sums.get(spec.attention) if spec.attention is not None else None
+        if z is not None and z.z is not None:
+            self.acc.add_attention_z_totals(spec.index, z.z.to(self.device))
+
+    def _adopt_static(self) -> None:
+        """No discovery (failed, or every forward compiled): the adapter's gaps by name stand."""
+        self._discovering = False
+        for key, reason in self.plan.unavailable.items():
+            self._report(key, reason)
 
     def _report(self, key: str, reason: str) -> None:
         if key in self._reported:
@@ -165,6 +233,15 @@ class Monitor:
         self._reported.add(key)
         self.unavailable[key] = reason
         log.warning("hooks: %s unavailable for run %r: %s", key, self.run.name, reason)
+
+    def _note(self, key: str, text: str) -> None:
+        """How a measured value is obtained (stored in the run's config under ``_hyperwatch``)."""
+        if self.notes.get(key) is not None:
+            return
+        self.notes[key] = text
+        log.log(
+            logging.INFO if key == "branches" else logging.WARNING, "hooks: run %r, %s: %s", self.run.name, key, text
+        )
 
     def _arm(self, on: bool) -> None:
         """Arm (register the hooks, set capture flags) or disarm; the probes are touched only when
@@ -195,6 +272,8 @@ class Monitor:
         if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float))):
             raise ValueError(f"lr: must be a number, got {type(lr).__name__}")
         if self.gate.armed:
+            if self._discovering and self.gate.compiled:
+                self._adopt_static()
             self._flush_step(step, loss, lr, tokens, grad_norm)
         self._arm((step + 1) % self.every == 0)
 
@@ -374,12 +453,23 @@ class Monitor:
         self._send_unavailable()
 
     def _send_unavailable(self) -> None:
-        """Tell the sink about indicators reported unavailable since the run was created (emitter thread)."""
-        if self.sink is None or self.unavailable == self._sent_unavailable:
+        """Tell the sink about indicators reported unavailable, and notes taken, since the run was
+        created (emitter thread). Notes travel in the run's config, under ``_hyperwatch``."""
+        if self.sink is None:
             return
-        current = dict(self.unavailable)
-        self.sink.update({"unavailable": current})
-        self._sent_unavailable = current
+        fields: dict[str, Any] = {}
+        if self.unavailable != self._sent_unavailable:
+            fields["unavailable"] = dict(self.unavailable)
+        if self.notes != self._sent_notes:
+            notes = dict(self.notes)
+            meta = self.run.config.setdefault("_hyperwatch", {})
+            if isinstance(meta, dict):
+                meta.update(notes)
+            fields["config"] = self.run.config
+            self._sent_notes = notes
+        if fields:
+            self.sink.update(fields)
+            self._sent_unavailable = dict(fields.get("unavailable", self._sent_unavailable))
 
     def _check_missing(self, layers: list[LayerValues]) -> None:
         """After the first logged step with data: report each expected indicator that did not come."""

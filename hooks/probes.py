@@ -26,15 +26,32 @@ from torch.utils.hooks import RemovableHandle
 
 from hyperwatch.hooks import indicators
 from hyperwatch.hooks.accumulate import Accumulator
-from hyperwatch.hooks.intercept import AttentionZMode
+from hyperwatch.hooks.intercept import AttentionZMode, guarded
 
 log = logging.getLogger(__name__)
 
 RECOMPUTED_KEY = "attention_z:recomputed"
-"""The report key of intercepted SDPA calls that take the costly recompute path."""
+"""The note key of intercepted SDPA calls that take the costly recompute path (the value is
+measured: a note in the run's config, ``_hyperwatch.notes``, not an unavailable indicator)."""
 
 Report = Callable[[str, str], None]
 """report(key, reason): a metric could not be measured; the monitor logs it once."""
+
+Note = Callable[[str, str], None]
+"""note(key, text): how a measured value is obtained (a costly path, a caveat); logged once."""
+
+
+def ignore(key: str, reason: str) -> None:
+    return None
+
+
+def recompute_note(who: str, why: str) -> str:
+    return (
+        f"costly path: the SDPA call of {who} cannot run on an attention kernel that returns the log-sum-exp "
+        f"({why}); attention Z is recomputed from q and k in chunks on logged steps, which can cost as much as "
+        "the attention itself. Use bf16/fp16 on CUDA, no attention mask (is_causal=True) and no dropout on CPU "
+        "to get it from the kernel"
+    )
 
 
 def _in_backward() -> bool:
@@ -58,6 +75,7 @@ class Gate:
     def __init__(self) -> None:
         self.armed = False
         self.compiled = False
+        self.discovering = False  # the discovery trace measures this forward (hooks.discovery)
 
     def active(self) -> bool:
         if torch.compiler.is_compiling():
@@ -75,13 +93,49 @@ def _first_tensor(output: Any) -> torch.Tensor | None:
 
 
 class Probe:
-    """Owns its hook handles, which exist only while armed; ``arm`` also switches capture flags."""
+    """Owns its hook handles, which exist only while armed; ``arm`` also switches capture flags.
 
-    def __init__(self, acc: Accumulator, gate: Gate, layer: int) -> None:
+    A probe never fails the user's forward: whatever its hook raises is caught (:meth:`guard`),
+    reported once under :attr:`key` with the exception, and the probe stops measuring; the
+    model's own inputs and outputs are never touched.
+    """
+
+    keys: tuple[str, ...] = ("hooks",)
+    """The indicators a failure of this probe leaves unmeasured (reported as ``metric@layer``)."""
+
+    during_discovery = False
+    """Whether the probe measures the forward that the discovery trace measures (routers do: the
+    trace does not replace them)."""
+
+    def __init__(self, acc: Accumulator, gate: Gate, layer: int, report: Report = ignore) -> None:
         self.acc = acc
         self.gate = gate
         self.layer = layer
+        self.report = report
+        self.failed = False
         self.handles: list[RemovableHandle] = []
+
+    def live(self) -> bool:
+        """Whether this forward is measured by this probe."""
+        return not self.failed and self.gate.active() and (self.during_discovery or not self.gate.discovering)
+
+    def guard(self, fn: Callable[[], Any]) -> Any:
+        return guarded(fn, self._failure)
+
+    def _failure(self, exc: BaseException) -> None:
+        self.failed = True
+        log.warning(
+            "hooks: the %s probe of layer %d failed; the forward goes on unchanged",
+            self.keys[0],
+            self.layer,
+            exc_info=exc,
+        )
+        for key in self.keys:
+            self.report(
+                f"{key}@{self.layer}" if self.layer >= 0 else key,
+                f"the hook failed ({type(exc).__name__}: {exc}); the model's forward was left unchanged and this "
+                "value is not measured for the rest of the run",
+            )
 
     def register(self) -> list[RemovableHandle]:
         """Register this probe's hooks; called when it is armed."""
@@ -109,19 +163,24 @@ class Probe:
 class BranchProbe(Probe):
     """RMS and 5-sigma outliers of a branch output (attention or mlp), from a forward hook."""
 
-    def __init__(self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module, branch: str) -> None:
-        super().__init__(acc, gate, layer)
+    def __init__(
+        self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module, branch: str, report: Report = ignore
+    ) -> None:
+        super().__init__(acc, gate, layer, report)
         self.module = module
         self.branch = branch
+        self.keys = (f"{branch}_rms", f"{branch}_outlier_ratio")
 
     def register(self) -> list[RemovableHandle]:
         return [self.module.register_forward_hook(self._hook)]
 
     def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
-        if not self.gate.active():
-            return
+        if self.live():
+            self.guard(lambda: self._measure(output))
+
+    def _measure(self, output: Any) -> None:
         out = _first_tensor(output)
-        if out is not None and out.dim() >= 1 and out.numel() > 0:
+        if out is not None and out.is_floating_point() and out.dim() >= 1 and out.numel() > 0:
             with torch.no_grad():
                 self.acc.add_branch(self.layer, self.branch, out)
 
@@ -132,10 +191,11 @@ class KernelLseProbe(Probe):
     The bundled attention is always causal without a mask, so every LSE row has a softmax.
     """
 
+    keys = ("attention_z",)
+
     def __init__(self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module, report: Report) -> None:
-        super().__init__(acc, gate, layer)
+        super().__init__(acc, gate, layer, report)
         self.module = module
-        self.report = report
 
     def register(self) -> list[RemovableHandle]:
         return [self.module.register_forward_hook(self._hook)]
@@ -144,8 +204,10 @@ class KernelLseProbe(Probe):
         setattr(self.module, "capture_lse", on)  # noqa: B010 (an attribute mypy cannot see)
 
     def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
-        if not self.gate.active():
-            return
+        if self.live():
+            self.guard(lambda: self._measure(module))
+
+    def _measure(self, module: nn.Module) -> None:
         lse = getattr(module, "lse", None)
         if isinstance(lse, torch.Tensor):
             with torch.no_grad():
@@ -157,6 +219,8 @@ class KernelLseProbe(Probe):
 class InterceptProbe(Probe):
     """Attention Z of any attention module, by intercepting its SDPA or softmax call."""
 
+    keys = ("attention_z",)
+
     def __init__(
         self,
         acc: Accumulator,
@@ -165,11 +229,12 @@ class InterceptProbe(Probe):
         module: nn.Module,
         report: Report,
         chunk_elements: int,
+        note: Note = ignore,
     ) -> None:
-        super().__init__(acc, gate, layer)
+        super().__init__(acc, gate, layer, report)
         self.module = module
-        self.report = report
-        self.mode = AttentionZMode(self._sink, chunk_elements, self._on_recompute)
+        self.note = note
+        self.mode = AttentionZMode(self._sink, chunk_elements, self._on_recompute, self._failure)
         self._entered: list[bool] = []
 
     def register(self) -> list[RemovableHandle]:
@@ -183,20 +248,13 @@ class InterceptProbe(Probe):
         self.acc.add_attention_lse(self.layer, lse, every_row_attends)
 
     def _on_recompute(self, why: str) -> None:
-        """Reported once per model (one key): attention Z is measured, but at the costly path."""
-        self.report(
-            RECOMPUTED_KEY,
-            f"costly path: the SDPA call of {type(self.module).__name__} (layer {self.layer}) cannot run on an "
-            f"attention kernel that returns the log-sum-exp ({why}); attention Z is recomputed from q and k in "
-            "chunks on logged steps, which can cost as much as the attention itself. Use bf16/fp16 on CUDA, "
-            "no attention mask (is_causal=True) and no dropout on CPU to get it from the kernel",
-        )
+        """Noted once per model (one key): attention Z is measured, but at the costly path."""
+        self.note(RECOMPUTED_KEY, recompute_note(f"{type(self.module).__name__} (layer {self.layer})", why))
 
     def _pre(self, module: nn.Module, args: Any) -> None:
-        enter = self.gate.active() and not any(self._entered)
+        enter = self.live() and not any(self._entered)
         self._entered.append(enter)
         if enter:
-            self.mode.seen = 0
             self.mode.begin()
             self.mode.__enter__()
 
@@ -205,12 +263,20 @@ class InterceptProbe(Probe):
             return
         if self._entered.pop():
             self.mode.__exit__(None, None, None)
-            if self.mode.seen == 0:
-                self.report(
-                    f"attention_z@{self.layer}",
-                    f"{type(module).__name__} called neither torch.nn.functional.scaled_dot_product_attention "
-                    "nor a 4-D softmax over the last dimension; its attention Z cannot be intercepted",
-                )
+            self.mode.end()
+            if self.mode.seen == 0 and not self.failed:
+                self.report(f"attention_z@{self.layer}", self._why_none(module))
+
+    def _why_none(self, module: nn.Module) -> str:
+        if self.mode.candidates:
+            return (
+                f"{type(module).__name__} called a softmax, but no softmax output was multiplied by the values "
+                "(a matmul), so none can be told to be the attention's; its attention Z is not measured"
+            )
+        return (
+            f"{type(module).__name__} called neither torch.nn.functional.scaled_dot_product_attention "
+            "nor a softmax whose output multiplies the values; its attention Z cannot be intercepted"
+        )
 
 
 class RouterProbe(Probe):
@@ -220,21 +286,25 @@ class RouterProbe(Probe):
     them) or a tuple ``(logits, scores, indices)`` as Hugging Face's Top-K routers return.
     """
 
+    keys = ("router_z", "max_vio")
+    during_discovery = True
+
     def __init__(
         self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module, n_experts: int, top_k: int, report: Report
     ) -> None:
-        super().__init__(acc, gate, layer)
+        super().__init__(acc, gate, layer, report)
         self.module = module
         self.n_experts = n_experts
         self.top_k = top_k
-        self.report = report
 
     def register(self) -> list[RemovableHandle]:
         return [self.module.register_forward_hook(self._hook)]
 
     def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
-        if not self.gate.active():
-            return
+        if self.live():
+            self.guard(lambda: self._measure(module, output))
+
+    def _measure(self, module: nn.Module, output: Any) -> None:
         logits = _first_tensor(output)
         if logits is None:
             self.report(f"router_z@{self.layer}", f"{type(module).__name__} returned no logits tensor")
@@ -261,8 +331,11 @@ class RouterProbe(Probe):
 class BundledMoEProbe(Probe):
     """Router Z, expert counts and aux loss of the bundled ``MoE`` (``capture`` -> ``.router_logits``)."""
 
-    def __init__(self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module) -> None:
-        super().__init__(acc, gate, layer)
+    keys = ("router_z", "max_vio")
+    during_discovery = True
+
+    def __init__(self, acc: Accumulator, gate: Gate, layer: int, module: nn.Module, report: Report = ignore) -> None:
+        super().__init__(acc, gate, layer, report)
         self.module = module
 
     def register(self) -> list[RemovableHandle]:
@@ -272,8 +345,10 @@ class BundledMoEProbe(Probe):
         setattr(self.module, "capture", on)  # noqa: B010 (an attribute mypy cannot see)
 
     def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
-        if not self.gate.active():
-            return
+        if self.live():
+            self.guard(lambda: self._measure(module))
+
+    def _measure(self, module: nn.Module) -> None:
         with torch.no_grad():
             logits = getattr(module, "router_logits", None)
             if isinstance(logits, torch.Tensor):
