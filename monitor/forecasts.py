@@ -326,7 +326,11 @@ class GroupForecast:
         watched = []
         for w in self.watches:
             entry = {"run": w.run.name, "run_id": w.run.id, "status": w.run.status, "size": w.size}
-            entry["indicators"] = {n: w.indicator_json(n)["now"] for n in self.forecasts if n in w.bands}
+            entry["indicators"] = {
+                n: {k: v for k, v in w.indicator_json(n).items() if k in ("now", "sentence")}
+                for n in self.forecasts
+                if n in w.bands
+            }
             watched.append(entry)
         return jsonable(  # type: ignore[no-any-return]
             {

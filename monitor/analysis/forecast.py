@@ -330,7 +330,7 @@ def size_points(
         worst = math.nan if any(math.isnan(v) for v in vals) else max(vals)
         reason = None
         if not math.isfinite(worst):
-            reason = f"{summary} is {fmt_value(worst)}: the run diverged (a training fact, shown and left out of the fit)"
+            reason = f"{summary} is {fmt_value(worst)}: the run diverged (a training fact: shown, left out of the fit)"
         elif worst <= 0:
             reason = f"{summary} is {fmt_value(worst)}: a power law never reaches 0 or below"
         points.append(SizePoint(size, worst, tuple(r for r, _ in members), reason))
