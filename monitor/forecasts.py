@@ -62,7 +62,7 @@ while HyperP stays near 40). MaxVio's is the detector's collapse limit. Other in
 default: a group sets ``attention_rms_limit``... to have their crossing forecast."""
 DEFAULT_BUCKETS = 1000
 DEFAULT_TARGET_FACTOR = 10.0
-"""The pages' target when none is given: ten times the largest size fitted (the next run up)."""
+"""The pages' target when none is given: ten times the group's largest run (the next run up)."""
 
 
 def limit_of(group: Group, name: str) -> tuple[float | None, str]:
@@ -264,7 +264,8 @@ class GroupInputs:
     runs: list[Run] = field(default_factory=list)
 
     def largest(self) -> float | None:
-        sizes = [s for pts in self.points.values() for _, s, _, _ in pts]
+        """The largest size of the group's runs (on the axis), trained or training."""
+        sizes = [s for r in self.runs if (s := scale_of(r, AXIS_FIELD[self.axis])) is not None]
         return max(sizes) if sizes else None
 
 
@@ -389,6 +390,6 @@ def group_forecast(
 
 
 def default_target(inputs: GroupInputs) -> float | None:
-    """The pages' target when none is asked for: :data:`DEFAULT_TARGET_FACTOR` x the largest size."""
+    """The pages' target when none is asked for: :data:`DEFAULT_TARGET_FACTOR` x the largest run."""
     largest = inputs.largest()
     return None if largest is None else largest * DEFAULT_TARGET_FACTOR

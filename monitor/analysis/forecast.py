@@ -25,7 +25,7 @@ Rules that keep it honest:
 - a NaN or infinite value (a run that diverged) is a training fact: it is shown and left out of
   the fit with the reason; so is a value <= 0 (a power law never reaches it: an outlier ratio of 0);
 - the crossing of the threshold is searched from the smallest size to ``horizon`` (1000) times
-  the largest: "crosses at about X", "already above at the smallest run", or "not within 1000x".
+  the largest: "crosses at about X", "already above at the smallest size", or "not within 1000x".
 """
 
 from __future__ import annotations
@@ -399,7 +399,7 @@ def describe(f: Forecast) -> str:
         band = f"{f.level:.0%} band {fmt_value(f.lower)}-{fmt_value(f.upper)}"
         far = f.extrapolation or 1.0
         if far >= FAR:
-            band += f"; {far:,.0f}x past the largest run, if the power law holds that far"
+            band += f"; {far:,.0f}x past the largest size fitted, if the power law holds that far"
         parts.append(f"{fmt_value(f.predicted)} predicted at {fmt_size(f.target, f.axis)} {unit} ({band})")
     if f.threshold is None:
         key = f.threshold_key or f"{f.name}_limit"
@@ -412,7 +412,7 @@ def describe(f: Forecast) -> str:
 
 def _crossing_words(c: Crossing, threshold: float, axis: Axis, smallest: float) -> str:
     t = fmt_value(threshold)
-    horizon = f"{HORIZON:,.0f}x the largest run"
+    horizon = f"{HORIZON:,.0f}x the largest size fitted"
 
     def at(x: float | None, none: str) -> str:
         if x is None:
@@ -420,7 +420,7 @@ def _crossing_words(c: Crossing, threshold: float, axis: Axis, smallest: float) 
         return f"≤{fmt_size(x, axis)}" if x <= smallest * (1 + 1e-9) else fmt_size(x, axis)
 
     if c.status == "above":
-        return f"already above {t} at the smallest run ({fmt_size(smallest, axis)} {UNIT[axis]})"
+        return f"already above {t} at the smallest size fitted ({fmt_size(smallest, axis)} {UNIT[axis]})"
     if c.status == "crosses":
         assert c.size is not None
         band = f"band {at(c.earliest, '?')}-{at(c.latest, f'beyond {horizon}')}"

@@ -41,8 +41,8 @@ Fewer than {MIN_SIZES} sizes with a finite, positive value: `reason` says "not e
 values are shown (`points[].reason`) and left out of the fit.
 
 `crossing`: where the fitted curve reaches the group's threshold (`<indicator>_limit` in its
-thresholds; defaults {DEFAULT_LIMITS}): `crosses` at `size`, `above` already at the smallest run,
-or `never` within {HORIZON:g}x the largest run; `earliest`/`latest` are where the band's upper and
+thresholds; defaults {DEFAULT_LIMITS}): `crosses` at `size`, `above` already at the smallest size fitted,
+or `never` within {HORIZON:g}x the largest size fitted; `earliest`/`latest` are where the band's upper and
 lower edges reach it. `sentence` says all of it in words, as the page and the CLI do.
 
 A run at the group's largest size with {MIN_SIZES}+ smaller sizes, while it trains, is held out of

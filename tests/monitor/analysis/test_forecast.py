@@ -120,17 +120,17 @@ def test_a_non_monotone_indicator_gets_a_wide_band_and_an_uncertain_crossing() -
         _, lo, hi = f.fit.band([x])
         assert lo[0] < y < hi[0]
     assert f.crossing is not None and f.crossing.latest is None  # the lower edge never gets there
-    assert "beyond 1,000x the largest run" in f.sentence()
+    assert "beyond 1,000x the largest size fitted" in f.sentence()
 
 
 def test_crossing_above_already_and_never() -> None:
     above = forecast("attention_z", SIZES, [2000.0 * (x / 1e5) ** 0.1 for x in SIZES], list("abcde"), threshold=1000)
     assert above.crossing is not None and above.crossing.status == "above" and above.crossing.size is None
-    assert "already above 1,000 at the smallest run (150K params)" in above.sentence()
+    assert "already above 1,000 at the smallest size fitted (150K params)" in above.sentence()
     falling = forecast("attention_z", SIZES, [55.0, 44.0, 38.0, 35.0, 33.0], list("abcde"), threshold=1000, target=1e9)
     assert falling.crossing is not None and falling.crossing.status == "never"
     assert falling.crossing.earliest is None and falling.crossing.horizon == pytest.approx(3.3e9)
-    assert "does not cross 1,000 within 1,000x the largest run" in falling.sentence()
+    assert "does not cross 1,000 within 1,000x the largest size fitted" in falling.sentence()
     slow = forecast("attention_z", SIZES, [float(law(x, 0.02, 0.2)) for x in SIZES], list("abcde"), threshold=1000)
     assert slow.crossing is not None and slow.crossing.status == "never"  # 0.02 x^0.2 = 1000 at 3.1e23 > 3.3e9
 
@@ -145,7 +145,7 @@ def test_the_sentence_names_the_prediction_band_and_crossing() -> None:
         f"(band {fmt_size(f.crossing.earliest or 0)}-{fmt_size(f.crossing.latest or 0)})."
     )
     far = forecast("attention_rms", SIZES[:3], ys, ["a", "b", "c"], target=1e9, axis="params")
-    assert "; 1,000x past the largest run, if the power law holds that far)" in far.sentence()
+    assert "; 1,000x past the largest size fitted, if the power law holds that far)" in far.sentence()
     assert "no threshold to cross (set attention_rms_limit on the group)" in far.sentence()
 
 
