@@ -74,27 +74,31 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def check(entry: Entry, reader: WindowReader, run_id: int, cols: PointColumns) -> list[NewAlert]:
-    """The batch's ``forecast_band`` alerts (see the module doc), read in the batch's transaction."""
+    """The batch's ``forecast_band`` alerts (see the module doc): one read in the batch's transaction
+    of every watched indicator's layers, over the batch's steps and the step before them."""
     assert entry.watch is not None
-    alerts: list[NewAlert] = []
-    for code, name in enumerate(cols.names):
-        band = entry.watch.bands.get(name)
+    watched = [(code, name) for code, name in enumerate(cols.names) if name in entry.watch.bands]
+    keys: list[tuple[str, int | None, int]] = []
+    first: dict[str, int] = {}
+    limit = 0
+    for code, name in watched:
         mine = cols.name_index == code
-        if band is None or not mine.any():
-            continue
         steps = np.unique(cols.step[mine])
-        batch_layers = {None if la == NULL_INT else int(la) for la in np.unique(cols.layer[mine])}
-        layers = sorted(set(entry.layers.get(name, ())) | batch_layers, key=lambda la: -1 if la is None else la)
-        keys = [(name, layer, int(steps[-1]) + 1) for layer in layers]
-        by_step: dict[int, list[float]] = {}
-        for window in reader.trailing_points(run_id, keys, len(steps) + 1):
-            for step, value in window:
-                by_step.setdefault(step, []).append(value)
-        first = int(steps[0])
-        earlier = [s for s in by_step if s < first]
-        before = (max(earlier), _mean(by_step[max(earlier)])) if earlier else None
-        ordered = sorted(s for s in by_step if s >= first)
-        values = [_mean(by_step[s]) for s in ordered]
+        layers = set(entry.layers.get(name, ())) | {None if la == NULL_INT else int(la) for la in cols.layer[mine]}
+        keys += [(name, layer, int(steps[-1]) + 1) for layer in layers]
+        first[name] = int(steps[0])
+        limit = max(limit, len(steps) + 1)
+    by_step: dict[str, dict[int, list[float]]] = {name: {} for name in first}
+    for (name, _, _), window in zip(keys, reader.trailing_points(run_id, keys, limit), strict=True):
+        for step, value in window:
+            by_step[name].setdefault(step, []).append(value)
+    alerts: list[NewAlert] = []
+    for name, values_at in by_step.items():
+        earlier = [s for s in values_at if s < first[name]]
+        before = (max(earlier), _mean(values_at[max(earlier)])) if earlier else None
+        ordered = sorted(s for s in values_at if s >= first[name])
+        band = entry.watch.bands[name]
+        values = [_mean(values_at[s]) for s in ordered]
         for step, value, upper in band_exits(band, entry.total_steps, ordered, values, before):
             alerts.append(_alert(entry, band, name, step, value, upper))
     return alerts
