@@ -32,8 +32,8 @@ ARMS = {"baseline": DEMO_SWEEPS[1], "hyperp": DEMO_SWEEPS[0]}
 """arm -> the demo's sweep file (its [base] settings; the depths come from the command line)."""
 
 
-def group_name(arm: str) -> str:
-    return f"forecast-{arm}"
+def group_name(arm: str, seeds: bool = False) -> str:
+    return f"forecast-{'seeds-' if seeds else ''}{arm}"
 
 
 def _post(url: str, path: str, body: dict[str, Any]) -> Any:
@@ -42,14 +42,17 @@ def _post(url: str, path: str, body: dict[str, Any]) -> Any:
         return json.loads(resp.read())
 
 
-def run_arms(url: str, depths: list[int], out: Path, progress: bool = False) -> None:
-    """Both arms side by side (one process each, the cores shared), finished runs skipped."""
+def run_arms(url: str, depths: list[int], out: Path, progress: bool = False, seeds: list[int] | None = None) -> None:
+    """Both arms side by side (one process each, the cores shared), finished runs skipped; with
+    ``seeds``, each depth once per seed (``train.seed``) in the arm's "seeds" group."""
     sweeps = []
     threads = threads_per_run(len(ARMS))
     for arm, path in ARMS.items():
         sweep = load_sweep(path)
-        sweep.name = group_name(arm)
+        sweep.name = group_name(arm, seeds is not None)
         sweep.grid["depth"] = depths
+        if seeds is not None:
+            sweep.grid["train.seed"] = seeds
         sweep.base.setdefault("train", {}).setdefault("threads", threads)
         sweep.runs = expand(sweep)
         sweep.out_dir = str(out / "sweeps")
@@ -75,11 +78,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--depths", default="2,3,4,5,6", help="comma-separated depths (default 2..6)")
     p.add_argument("--out", type=Path, default=OUT, help="cache folder (database, checkpoints, logs)")
+    p.add_argument("--seeds", default="", help="comma-separated seeds: each depth once per seed (seed spread)")
     args = p.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
     with service(args.out) as svc:
         try:
-            run_arms(svc.url, depths, args.out, progress=True)
+            run_arms(svc.url, depths, args.out, progress=True, seeds=seeds)
         except urllib.error.URLError as exc:
             print(f"bench/forecast_sweep.py: the service did not answer: {exc}", file=sys.stderr)
             return 1

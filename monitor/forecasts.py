@@ -17,6 +17,8 @@ one of the group's runs like any other.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,21 +106,51 @@ def split_watched(runs: Sequence[Run]) -> tuple[list[Run], list[Run]]:
     return [r for r in runs if sizes[r.id] == top], smaller
 
 
+class _LineCache:
+    """Each run's lines, memoised on the run's state (id, last_point_at, updated_at) and the read.
+
+    Every batch moves ``last_point_at`` and every change of the run moves ``updated_at``, so a hit is
+    the line the store would give: a finished run's lines are read once, not on every forecast (the
+    panel asks again for each target, the alert's watch every 30 s).
+    """
+
+    def __init__(self, size: int = 2048) -> None:
+        self.size = size
+        self.items: OrderedDict[tuple[Any, ...], dict[str, AggSeries]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, store: Store, run: Run, names: Sequence[str], agg: Agg, buckets: int) -> dict[str, AggSeries]:
+        key = (id(store), run.id, run.last_point_at, run.updated_at, agg, buckets)
+        with self.lock:
+            known = self.items.get(key)
+            if known is not None:
+                self.items.move_to_end(key)
+        lines = dict(known) if known is not None else {}
+        missing = [n for n in names if n not in lines]
+        if missing:
+            latest = store.list_series(run.id)
+            have = {s.name for s in latest}
+            no_tokens = TokenMap((), None)  # fractions come from steps: skip the tokens lookup
+            for name in missing:
+                line = aggregate_series(store, run, name, agg, buckets, latest, no_tokens) if name in have else None
+                lines[name] = line if line is not None and line.values else _NO_LINE
+            with self.lock:
+                self.items[key] = lines
+                while len(self.items) > self.size:
+                    self.items.popitem(last=False)
+        return {n: lines[n] for n in names if lines[n] is not _NO_LINE}
+
+
+_NO_LINE = AggSeries([], [], [], None, False, 0, False)
+"""What the cache keeps for an indicator the run does not store (so it is not asked again)."""
+_cache = _LineCache()
+
+
 def _lines(
     store: Store, runs: Sequence[Run], names: Sequence[str], agg: Agg, buckets: int
 ) -> dict[tuple[int, str], AggSeries]:
-    """Each run's line of each indicator it stores (the scale page's line), read once."""
-    out: dict[tuple[int, str], AggSeries] = {}
-    no_tokens = TokenMap((), None)  # fractions come from steps: skip the tokens lookup
-    for run in runs:
-        latest = store.list_series(run.id)
-        have = {s.name for s in latest}
-        for name in names:
-            if name in have:
-                line = aggregate_series(store, run, name, agg, buckets, latest, no_tokens)
-                if line.values:
-                    out[run.id, name] = line
-    return out
+    """Each run's line of each indicator it stores (the scale page's line), read once per run state."""
+    return {(run.id, n): line for run in runs for n, line in _cache.get(store, run, names, agg, buckets).items()}
 
 
 def _trajectory(run: Run, size: float, line: AggSeries) -> Trajectory | None:
