@@ -10,7 +10,7 @@ prediction interval; the classical one is exact under the model::
 
     ln y0 in  a + b u0  +-  t(n - 2, (1 + level) / 2) * s * sqrt(1 + 1/n + (u0 - mean u)^2 / S_uu)
 
-with s the residual standard deviation on n - 2 degrees of freedom. The leverage term
+with s the residual standard deviation on n - 2 degrees of freedom (at least :data:`SIGMA_FLOOR`). The leverage term
 ``(u0 - mean u)^2 / S_uu`` widens the band the farther the target lies from the sizes trained, and
 the t quantile widens it when there are few sizes (6.3 x s at three sizes for a 90% band): the band
 covers the value a new run at the target will have with probability ``level`` (checked over many
@@ -47,6 +47,14 @@ MIN_SIZES = 3
 DEFAULT_LEVEL = 0.9
 HORIZON = 1000.0
 """How far past the largest size a crossing is searched (x the largest size)."""
+SIGMA_FLOOR = 0.1
+"""The smallest noise the band assumes, in ln y (about 10%).
+
+One run per size gives each size's peak as one draw: between seeds of the same run it moves by
+more than a smooth ladder of single runs suggests (``bench/forecast.py``, seeds part: the demo's
+HyperP arm at d=2 peaks at 54.6, 43.4 and 54.1 with three seeds, 0.13 in ln; its baseline at 255,
+740 and 521), and three or four sizes that happen to line up give residuals near 0 and a band
+that claims more than any run can deliver. The band's sigma is therefore at least this."""
 FAR = 10.0
 """A target this many times past the largest size gets a word of warning in the sentence."""
 
@@ -122,6 +130,7 @@ class LogLinearFit:
     intercept: float
     slope: float
     sigma: float
+    residual_sigma: float
     n: int
     mean_u: float
     s_uu: float
@@ -143,6 +152,7 @@ class LogLinearFit:
                 "exponent": self.slope,
                 "coefficient": math.exp(self.intercept),
                 "sigma_log": self.sigma,
+                "residual_sigma_log": self.residual_sigma,
                 "r2": self.r2,
                 "n_sizes": self.n,
                 "dof": self.n - 2,
@@ -158,8 +168,11 @@ def _t_quantile(level: float, dof: int) -> float:
     return float(student_t.ppf(0.5 + level / 2.0, dof))
 
 
-def fit_log_linear(sizes: Floats, values: Floats, level: float = DEFAULT_LEVEL) -> LogLinearFit:
-    """The fit through (size, value) pairs, one per size, all finite and positive (checked by the caller)."""
+def fit_log_linear(
+    sizes: Floats, values: Floats, level: float = DEFAULT_LEVEL, sigma_floor: float = SIGMA_FLOOR
+) -> LogLinearFit:
+    """The fit through (size, value) pairs, one per size, all finite and positive (checked by the caller);
+    the band's sigma is the residuals' or ``sigma_floor``, whichever is larger (see :data:`SIGMA_FLOOR`)."""
     u = np.log(as_float_array(sizes, "sizes"))
     v = np.log(as_float_array(values, "values"))
     n = int(u.size)
@@ -170,10 +183,10 @@ def fit_log_linear(sizes: Floats, values: Floats, level: float = DEFAULT_LEVEL) 
     resid = v - (intercept + slope * u)
     sse = float(np.sum(resid**2))
     sst = float(np.sum((v - v.mean()) ** 2))
-    sigma = math.sqrt(sse / (n - 2))
+    residual = math.sqrt(sse / (n - 2))
     t = _t_quantile(level, n - 2)
     r2 = 1.0 - sse / sst if sst > 0 else math.nan
-    return LogLinearFit(intercept, slope, sigma, n, mean_u, s_uu, level, t, r2)
+    return LogLinearFit(intercept, slope, max(residual, sigma_floor), residual, n, mean_u, s_uu, level, t, r2)
 
 
 @dataclass(frozen=True)
@@ -350,6 +363,7 @@ def forecast(
     threshold_key: str | None = None,
     level: float = DEFAULT_LEVEL,
     horizon: float = HORIZON,
+    sigma_floor: float = SIGMA_FLOOR,
 ) -> Forecast:
     """The forecast of ``name``'s ``summary`` (one value per run, sizes in ``axis`` units).
 
@@ -369,7 +383,7 @@ def forecast(
         reason = f"not enough runs: {len(used)} size{'' if len(used) == 1 else 's'} with a finite, positive {summary}"
         reason += f" (need {MIN_SIZES})"
     else:
-        fit = fit_log_linear([p.size for p in used], [p.value for p in used], level)
+        fit = fit_log_linear([p.size for p in used], [p.value for p in used], level, sigma_floor)
         if target is not None:
             centre, lo, hi = fit.band([target])
             predicted, lower, upper = float(centre[0]), float(lo[0]), float(hi[0])

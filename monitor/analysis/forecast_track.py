@@ -29,6 +29,7 @@ from hyperwatch.monitor.analysis._common import FloatArray, jsonable
 from hyperwatch.monitor.analysis.forecast import (
     DEFAULT_LEVEL,
     MIN_SIZES,
+    SIGMA_FLOOR,
     fit_log_linear,
     fmt_size,
     fmt_value,
@@ -122,7 +123,12 @@ class TrackBand:
 
 
 def track_band(
-    name: str, trajectories: Sequence[Trajectory], size: float, level: float = DEFAULT_LEVEL, grid: FloatArray = GRID
+    name: str,
+    trajectories: Sequence[Trajectory],
+    size: float,
+    level: float = DEFAULT_LEVEL,
+    grid: FloatArray = GRID,
+    sigma_floor: float = SIGMA_FLOOR,
 ) -> TrackBand:
     """The band of ``name``'s peak at ``size`` over ``grid`` from the smaller runs' ``trajectories``."""
     n = len(grid)
@@ -140,7 +146,7 @@ def track_band(
         counts[j] = len(used)
         if len(used) < MIN_SIZES:
             continue
-        fit = fit_log_linear([p.size for p in used], [p.value for p in used], level)
+        fit = fit_log_linear([p.size for p in used], [p.value for p in used], level, sigma_floor)
         c, lo, hi = fit.band([size])
         predicted[j], lower[j], upper[j] = c[0], lo[0], hi[0]
     return TrackBand(name, size, level, np.asarray(grid, dtype=np.float64), predicted, lower, upper, counts)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hyperwatch.monitor.analysis import AnalysisError
-from hyperwatch.monitor.analysis.forecast import fit_log_linear, fmt_size, fmt_value, forecast
+from hyperwatch.monitor.analysis.forecast import SIGMA_FLOOR, fit_log_linear, fmt_size, fmt_value, forecast
 
 SIZES = [1.5e5, 4.5e5, 1.0e6, 2.0e6, 3.3e6]
 
@@ -20,24 +20,33 @@ def law(x: float | np.ndarray, a: float = 0.02, b: float = 0.7) -> float | np.nd
     return a * np.asarray(x) ** b
 
 
-def test_an_exact_power_law_is_recovered_and_its_band_is_the_curve() -> None:
+def test_an_exact_power_law_is_recovered_and_its_band_is_the_noise_floor() -> None:
     ys = [float(law(x)) for x in SIZES]
     f = forecast("attention_z", SIZES, ys, [f"r{i}" for i in range(5)], target=1e8, threshold=1000.0)
     assert f.fit is not None and f.reason is None
     assert f.fit.slope == pytest.approx(0.7, abs=1e-12) and math.exp(f.fit.intercept) == pytest.approx(0.02)
+    assert f.fit.residual_sigma == pytest.approx(0.0, abs=1e-9) and f.fit.sigma == SIGMA_FLOOR
     assert f.predicted == pytest.approx(float(law(1e8)), rel=1e-9)
-    assert f.lower == pytest.approx(f.predicted, rel=1e-6) and f.upper == pytest.approx(f.predicted, rel=1e-6)
-    # 0.02 x^0.7 = 1000 at x = (5e4)^(1/0.7)
+    u = np.log(SIZES)
+    half = f.fit.t * SIGMA_FLOOR * math.sqrt(1 + 1 / 5 + (math.log(1e8) - u.mean()) ** 2 / np.sum((u - u.mean()) ** 2))
+    assert (f.lower, f.upper) == pytest.approx((f.predicted * math.exp(-half), f.predicted * math.exp(half)))
+    bare = forecast("attention_z", SIZES, ys, [f"r{i}" for i in range(5)], target=1e8, threshold=1000.0,
+                    sigma_floor=0.0)  # fmt: skip
+    assert bare.lower == pytest.approx(bare.predicted, rel=1e-6) and bare.upper == pytest.approx(bare.predicted)
+    # 0.02 x^0.7 = 1000 at x = (5e4)^(1/0.7); without noise the band's edges cross there too
     assert f.crossing is not None and f.crossing.status == "crosses"
     assert f.crossing.size == pytest.approx(5e4 ** (1 / 0.7), rel=1e-9)
-    assert f.crossing.earliest == pytest.approx(f.crossing.size, rel=1e-6)
-    assert f.crossing.latest == pytest.approx(f.crossing.size, rel=1e-6)
+    assert f.crossing.earliest is not None and f.crossing.latest is not None
+    assert f.crossing.earliest < f.crossing.size < f.crossing.latest
+    assert bare.crossing is not None and bare.crossing.earliest == pytest.approx(f.crossing.size, rel=1e-6)
+    assert bare.crossing.latest == pytest.approx(f.crossing.size, rel=1e-6)
 
 
 @pytest.mark.parametrize(("n_sizes", "level", "far"), [(3, 0.9, 1.0), (4, 0.9, 30.0), (6, 0.8, 10.0), (8, 0.95, 100.0)])
 def test_the_band_covers_a_new_run_at_its_nominal_level(n_sizes: int, level: float, far: float) -> None:
     """Over many seeds of a noisy power law (log-normal noise, sigma 0.25), the value of a new run at
-    the target falls inside the band about ``level`` of the time, inside the data or far past it."""
+    the target falls inside the band about ``level`` of the time, inside the data or far past it
+    (the t band itself: no noise floor; with it, below)."""
     rng = np.random.default_rng(2026 + n_sizes)
     sizes = np.geomspace(1e6, 1e8, n_sizes)
     target = 1e8 * far if far > 1 else math.sqrt(1e6 * 1e8)
@@ -46,12 +55,29 @@ def test_the_band_covers_a_new_run_at_its_nominal_level(n_sizes: int, level: flo
         ys = law(sizes) * np.exp(rng.normal(0.0, 0.25, n_sizes))
         truth = float(law(target)) * math.exp(rng.normal(0.0, 0.25))
         f = forecast("attention_z", sizes.tolist(), ys.tolist(), [str(i) for i in range(n_sizes)], target=target,
-                     level=level)  # fmt: skip
+                     level=level, sigma_floor=0.0)  # fmt: skip
         assert f.lower is not None and f.upper is not None
         inside += f.lower <= truth <= f.upper
     rate = inside / seeds
     se = math.sqrt(level * (1 - level) / seeds)
     assert abs(rate - level) < 4 * se, f"coverage {rate:.3f} for a nominal {level}"
+
+
+@pytest.mark.parametrize("noise", [0.03, 0.3])
+def test_with_the_noise_floor_the_band_covers_at_least_its_level(noise: float) -> None:
+    """The floor only widens the band: below it (noise 0.03) coverage rises above the level, far above
+    it (0.3) the floor seldom applies and coverage stays at the level."""
+    rng = np.random.default_rng(11)
+    sizes = np.geomspace(1e6, 1e8, 4)
+    inside = 0
+    for _ in range(2000):
+        ys = law(sizes) * np.exp(rng.normal(0.0, noise, 4))
+        truth = float(law(1e9)) * math.exp(rng.normal(0.0, noise))
+        f = forecast("attention_z", sizes.tolist(), ys.tolist(), list("abcd"), target=1e9)
+        assert f.lower is not None and f.upper is not None
+        inside += f.lower <= truth <= f.upper
+    rate = inside / 2000
+    assert rate > 0.99 if noise < SIGMA_FLOOR else rate == pytest.approx(0.9, abs=0.03)
 
 
 def test_the_band_widens_away_from_the_data_and_with_fewer_sizes() -> None:

@@ -59,11 +59,11 @@ def test_the_band_at_each_fraction_is_the_fit_of_the_smaller_runs_peaks_there() 
 
 def test_the_band_over_training_covers_a_larger_runs_peak_at_its_level() -> None:
     """Over seeds of noisy runs, a 64M run's peak up to each fraction lies inside the band forecast
-    from 1M..8M about 90% of the time (averaged over the grid)."""
+    from 1M..8M about 90% of the time (averaged over the grid; the t band itself, without the floor)."""
     rates = []
     for seed in range(120):
         runs = [trajectory(s, noise=0.05, seed=10 * seed + i) for i, s in enumerate(SIZES)]
-        band = track_band("attention_z", runs, 64e6, level=0.9)
+        band = track_band("attention_z", runs, 64e6, level=0.9, sigma_floor=0.0)
         truth = trajectory(64e6, noise=0.05, seed=10 * seed + 9).peaks_at(GRID)
         rates.append(np.mean((band.lower < truth) & (truth < band.upper)))
     assert float(np.mean(rates)) == pytest.approx(0.9, abs=0.03)
@@ -92,7 +92,7 @@ def test_the_larger_runs_standing_and_its_sentence() -> None:
     text = position_sentence(band, pos, "params")
     assert text.startswith(f"peak attention Z at 42% of training: {pos.peak:.3g} so far, inside the 90% band")
     assert text.endswith(f"forecast for 8M params from 3 smaller sizes (predicted {pos.band[0]:.3g}).")  # type: ignore[index]
-    hot = Trajectory.of("hot", 8e6, list(range(42)), [3 * z(8e6, (s + 1) / STEPS) for s in range(42)], STEPS, 0.42)
+    hot = Trajectory.of("hot", 8e6, list(range(42)), [10 * z(8e6, (s + 1) / STEPS) for s in range(42)], STEPS, 0.42)
     assert position(band, hot).standing == "above"  # type: ignore[union-attr]
     early = Trajectory.of("early", 8e6, [0, 1, 2], [1.0, 2.0, 3.0], STEPS, 0.03)
     waiting = position(band, early)
