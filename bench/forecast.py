@@ -3,14 +3,16 @@
 1. **Trainer sweep** (``bench/forecast_sweep.py``, cached under ``runs/bench-forecast/``): the demo's
    two arms at depths 2..6 (157K-3.3M parameters, 32 steps of 8,192 tokens each), read back through
    the service's API (``GET /api/v1/groups/{id}/forecast``: each run's peak attention Z, mean over
-   layers, at its end). For every size from the fourth on, the forecast fitted on all the smaller
-   sizes is compared with the size's own peak: error and whether the truth fell inside the 90%
-   band. Then the crossing of the threshold (attention Z 1,000): the fit on all but the largest
-   size against where the measured peaks cross it (log-log between the two sizes around it).
+   layers as the scale page shows it by default, and max over layers, at its end). For every size
+   from the fourth on, the forecast fitted on all the smaller sizes is compared with the size's own
+   peak: error and whether the truth fell inside the 90% band. Then the crossing of the threshold
+   (attention Z 1,000): the fit on all but the largest size against where the measured peaks cross
+   it (log-log between the two sizes around it), when they do.
    Targets: the largest size inside its band for both arms; the baseline arm forecast to break
    and the HyperP arm not; the crossing within 2x of the measured one.
    The demo's own depths (2, 3, 4) leave two sizes when one is left out: below the three-size
-   minimum, which the script says rather than forecasting.
+   minimum, which the script says rather than forecasting. The two smallest depths also run with
+   seeds 1, 2, 3: how far one run's peak moves between seeds (the band's noise floor).
 2. **Latency**: a group of 8 runs x ~10^5 points (the seven stability indicators, two layers, 7,200
    steps; a noisy power law in size), served by uvicorn on SQLite: ``GET .../forecast`` (all seven
    indicators) against the plain group read it builds on, ``GET .../stability`` (the same lines),
@@ -42,8 +44,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.forecast_sweep import OUT, group_name, run_arms, service  # noqa: E402
 from hyperwatch.hooks.schema import Point  # noqa: E402
-from hyperwatch.monitor.analysis.forecast import fmt_size, fmt_value, forecast  # noqa: E402
-from hyperwatch.monitor.forecasts import DEFAULT_BUCKETS  # noqa: E402
+from hyperwatch.monitor.analysis.forecast import SIGMA_FLOOR, fmt_size, fmt_value, forecast  # noqa: E402
+from hyperwatch.monitor.forecasts import DEFAULT_BUCKETS, collect  # noqa: E402
 from hyperwatch.monitor.store import SqlStore, migrate  # noqa: E402
 from hyperwatch.monitor.views import STABILITY_INDICATORS  # noqa: E402
 from tests.web.conftest import serve  # noqa: E402
@@ -57,11 +59,12 @@ def _num(v: Any) -> float:
     return float("nan") if isinstance(v, str) else float(v)
 
 
-def peaks(base: str, group: str) -> list[tuple[str, float, float]]:
+def peaks(base: str, group: str, agg: str = "mean") -> list[tuple[str, float, float]]:
     """(run, params, peak attention Z) per size of ``group``, read through the API's forecast."""
     with httpx.Client(base_url=base, timeout=120) as c:
         gid = next(g["id"] for g in c.get("/api/v1/groups").raise_for_status().json() if g["name"] == group)
-        body = c.get(f"/api/v1/groups/{gid}/forecast", params={"name": NAME}).raise_for_status().json()
+        query = {"name": NAME, "agg": agg}
+        body = c.get(f"/api/v1/groups/{gid}/forecast", params=query).raise_for_status().json()
     points = body["indicators"][NAME]["peak"]["points"]
     return [("/".join(p["runs"]), float(p["size"]), _num(p["value"])) for p in points]
 
@@ -114,31 +117,60 @@ def leave_one_size_out(label: str, table: list[tuple[str, float, float]]) -> dic
     return out
 
 
-def sweep(depths: list[int], out: Path) -> bool:
+def seed_spread(url: str, arm: str) -> None:
+    """Each size's peak over seeds (the sweep's seed 1337 and the seeds group's): the noise of one run."""
+    store = SqlStore(url)
+    try:
+        by_size: dict[float, list[float]] = {}
+        for group in (group_name(arm), group_name(arm, seeds=True)):
+            gid = next(g.id for g in store.list_groups() if g.name == group)
+            for _, size, peak, _ in collect(store, gid, [NAME]).points.get(NAME, []):
+                by_size.setdefault(size, []).append(peak)
+    finally:
+        store.close()
+    for size, values in sorted(by_size.items()):
+        if len(values) > 1:
+            sd = float(np.std(np.log(values), ddof=1))
+            print(f"  seeds at {fmt_size(size)}: peaks {', '.join(fmt_value(v) for v in values)}: sd of ln {sd:.2f} "
+                  f"(the band's floor: {SIGMA_FLOOR})")  # fmt: skip
+
+
+def sweep(depths: list[int], out: Path, seeds: list[int]) -> bool:
     """Part 1; True when every target is met."""
     ok = True
     with service(out) as svc:
         t0 = time.perf_counter()
         run_arms(svc.url, depths, out)
-        print(f"sweep: the demo's two arms at depths {depths} ready in {time.perf_counter() - t0:.0f} s "
-              f"(cached under {out})")  # fmt: skip
+        if seeds:
+            run_arms(svc.url, depths[:2], out, seeds=seeds)
+        print(f"sweep: the demo's two arms at depths {depths} (and {depths[:2]} with seeds {seeds}) ready in "
+              f"{time.perf_counter() - t0:.0f} s (cached under {out})")  # fmt: skip
         results = {}
-        for arm in ("baseline", "hyperp"):
-            table = peaks(svc.url, group_name(arm))
-            results[arm] = leave_one_size_out(f"{arm} arm", table)
-            demo = [t for t in table if t[0].rsplit("-d", 1)[1] in ("2", "3", "4")]
-            f = forecast(NAME, [t[1] for t in demo[:2]], [t[2] for t in demo[:2]], [t[0] for t in demo[:2]])
-            print(f"  the demo's own depths 2, 3, 4: d=4 from d=2 and 3: {f.reason}")
-    for arm, res in results.items():
+        for agg in ("mean", "max"):
+            for arm in ("baseline", "hyperp"):
+                table = peaks(svc.url, group_name(arm), agg)
+                results[arm, agg] = leave_one_size_out(f"{arm} arm, {agg} over layers", table)
+                if agg == "mean":
+                    demo = [t for t in table if t[0].rsplit("-d", 1)[1] in ("2", "3", "4")]
+                    two = demo[:2]
+                    f = forecast(NAME, [t[1] for t in two], [t[2] for t in two], [t[0] for t in two])
+                    print(f"  the demo's own depths 2, 3, 4: d=4 from d=2 and 3: {f.reason}")
+                    if seeds:
+                        seed_spread(f"sqlite:///{out / 'hyperwatch.db'}", arm)
+    for (arm, agg), res in results.items():
         last = res["rows"][-1] if res["rows"] else None
         inside = bool(last and last["inside"])
         breaks = res.get("breaks")
         want = arm == "baseline"
-        print(f"target {arm}: largest size inside its band: {'met' if inside else 'MISSED'}; forecast "
-              f"{'to break' if breaks else 'not to break'} ({'met' if breaks == want else 'MISSED'})")  # fmt: skip
+        line = (f"target {arm} ({agg} over layers): largest size inside its band: "
+                f"{'met' if inside else 'MISSED'}; forecast {'to break' if breaks else 'not to break'} "
+                f"({'met' if breaks == want else 'MISSED'})")  # fmt: skip
         ok = ok and inside and breaks == want
         if "crossing_ratio" in res:
-            ok = ok and res["crossing_ratio"] <= 2.0
+            met = res["crossing_ratio"] <= 2.0
+            line += f"; crossing within 2x of the measured one: {'met' if met else 'MISSED'}"
+            ok = ok and met
+        print(line)
     return ok
 
 
@@ -206,13 +238,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--depths", default="2,3,4,5,6", help="the sweep's depths (default 2..6)")
     ap.add_argument("--out", type=Path, default=OUT, help="the sweep's cache folder")
+    ap.add_argument("--seeds", default="1,2,3", help="seeds of the two smallest depths (the seed spread)")
     ap.add_argument("--skip-sweep", action="store_true", help="the latency part only")
     ap.add_argument("--steps", type=int, default=7200, help="steps per run of the latency group (x14 points)")
     ap.add_argument("--repeats", type=int, default=20, help="requests timed per endpoint (median)")
     args = ap.parse_args()
     ok = True
     if not args.skip_sweep:
-        ok = sweep([int(d) for d in args.depths.split(",")], args.out)
+        seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else []
+        ok = sweep([int(d) for d in args.depths.split(",")], args.out, seeds)
     ok = latency(args.steps, args.repeats) and ok
     return 0 if ok else 1
 
