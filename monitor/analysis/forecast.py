@@ -50,11 +50,11 @@ HORIZON = 1000.0
 SIGMA_FLOOR = 0.1
 """The smallest noise the band assumes, in ln y (about 10%).
 
-One run per size gives each size's peak as one draw: between seeds of the same run it moves by
-more than a smooth ladder of single runs suggests (``bench/forecast.py``, seeds part: the demo's
-HyperP arm at d=2 peaks at 54.6, 43.4 and 54.1 with three seeds, 0.13 in ln; its baseline at 255,
-740 and 521), and three or four sizes that happen to line up give residuals near 0 and a band
-that claims more than any run can deliver. The band's sigma is therefore at least this."""
+One run per size gives each size's peak as one draw, and between seeds of the same run it moves by
+more than a smooth ladder of single runs suggests (``bench/forecast.py``, four seeds of the demo's
+arms: HyperP at 157K parameters peaks at 54.6, 43.4, 54.1 and 46.5, sd 0.11 in ln, at 457K 0.03;
+the baseline 0.47 and 0.33). Three or four sizes that happen to line up give residuals near 0 and
+a band that claims more than one run can deliver, so the band's sigma is at least this."""
 FAR = 10.0
 """A target this many times past the largest size gets a word of warning in the sentence."""
 
