@@ -121,7 +121,7 @@ def alerts_page(assets: dict[str, str]) -> str:
 <form id="filters" class="filters">
 <label>Run id <input name="run_id" type="number" min="1" step="1"></label>
 <label>Kind <select name="rule"><option value="">any</option><option>z_spike</option><option>nan_loss</option>
-<option>nonfinite_value</option><option>max_vio_collapse</option></select></label>
+<option>nonfinite_value</option><option>max_vio_collapse</option><option>forecast_band</option></select></label>
 <label>Project <input name="project" autocomplete="off"></label>
 <button type="submit">Filter</button></form>
 <div id="timeline" class="fig"></div>
