@@ -64,7 +64,8 @@ while HyperP stays near 40). MaxVio's is the detector's collapse limit. Other in
 default: a group sets ``attention_rms_limit``... to have their crossing forecast."""
 DEFAULT_BUCKETS = 200
 """Buckets of each run's line: a bucket keeps each layer's max, so a peak survives any width; 200 place it
-within half a percent of training and read rollups instead of every point (10^5-point runs: 8x faster)."""
+within half a percent of training, and a coarser bucket is read from the store's rollups where 1000
+(the stability API's default) reads nearly every point of a long run."""
 DEFAULT_TARGET_FACTOR = 10.0
 """The pages' target when none is given: ten times the group's largest run (the next run up)."""
 
