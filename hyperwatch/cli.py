@@ -26,6 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "demo": ("hyperwatch.trainer.demo", "the main job: a small cross-scale sweep, streamed and summarised"),
     "fit": ("hyperwatch.monitor.analysis.cli", "scaling analysis: optimal LR, power laws, scaling laws, sensitivity"),
+    "forecast": (
+        "hyperwatch.monitor.forecast_cli",
+        "each indicator of a group forecast at a larger size, with its band and threshold crossing",
+    ),
     "serve": ("hyperwatch.monitor.cli", "run the monitoring service"),
     "db": ("hyperwatch.monitor.db_cli", "database schema commands (upgrade, current)"),
     "upload": ("hyperwatch.hooks.upload", "replay an offline JSONL folder or an HTTP spool into the service"),

@@ -23,6 +23,7 @@ from hyperwatch.monitor.api.middleware import BodySizeLimit, RequestTiming
 from hyperwatch.monitor.api.routes import API_ROUTERS, health
 from hyperwatch.monitor.core.config import Settings
 from hyperwatch.monitor.core.errors import MonitorError
+from hyperwatch.monitor.forecast_alerts import ForecastWatches
 from hyperwatch.monitor.prometheus import DATABASE_ERRORS, build_registry
 from hyperwatch.monitor.store import SqlStore, Store
 from hyperwatch.monitor.store.engine import DB_ERRORS_HOOK
@@ -58,6 +59,7 @@ def create_app(settings: Settings, store: Store | None = None, registry: Collect
     app.state.settings = settings
     app.state.store = store
     app.state.registry = build_registry(store, registry)
+    app.state.forecast_watches = ForecastWatches()  # the forecast alert's bands, per run (points route)
     for router in API_ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(health.router)

@@ -240,6 +240,9 @@ class RunOut(BaseModel):
     tokens_seen: int | None = Field(default=None, description="training tokens up to the last stored step")
 
 
+_LIMIT = "the indicator's limit: the forecast says at which model size its peak crosses it"
+
+
 class Thresholds(Strict):
     """Detector settings of a group (defaults in monitor.detectors.DEFAULT_THRESHOLDS); finite numbers."""
 
@@ -258,6 +261,15 @@ class Thresholds(Strict):
     max_vio_limit: float | None = Field(
         default=None, gt=0, allow_inf_nan=False, description="MaxVio above this is a collapse"
     )
+    # the thresholds a forecast crosses (monitor.forecasts.DEFAULT_LIMITS: attention Z 1000, MaxVio above)
+    attention_z_limit: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=_LIMIT)
+    router_z_limit: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=_LIMIT)
+    attention_rms_limit: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=_LIMIT)
+    mlp_rms_limit: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=_LIMIT)
+    attention_outlier_ratio_limit: float | None = Field(
+        default=None, gt=0, le=1, allow_inf_nan=False, description=_LIMIT
+    )
+    mlp_outlier_ratio_limit: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False, description=_LIMIT)
 
 
 class GroupFields(Strict):

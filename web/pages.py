@@ -12,8 +12,11 @@ from hyperwatch.monitor.schemas import Status
 NAV = (("Runs", "/runs"), ("Alerts", "/alerts"))
 
 
-def _shell(title: str, script: str, body: str, assets: dict[str, str], data: dict[str, str] | None = None) -> str:
+def _shell(
+    title: str, script: str, body: str, assets: dict[str, str], data: dict[str, str] | None = None, extra: str = ""
+) -> str:
     attrs = "".join(f' data-{k}="{escape(v)}"' for k, v in (data or {}).items())
+    more = f'\n<script src="{assets[extra]}" defer></script>' if extra else ""
     nav = "".join(f'<a href="{href}">{name}</a>' for name, href in NAV)
     return f"""<!doctype html>
 <html lang="en">
@@ -25,7 +28,7 @@ def _shell(title: str, script: str, body: str, assets: dict[str, str], data: dic
 <link rel="stylesheet" href="{assets["style.css"]}">
 <script src="{assets["plotly"]}" defer></script>
 <script src="{assets["common.js"]}" defer></script>
-<script src="{assets[script]}" defer></script>
+<script src="{assets[script]}" defer></script>{more}
 </head>
 <body>
 <header><a class="brand" href="/runs">HyperWatch</a><nav>{nav}</nav>
@@ -80,9 +83,10 @@ def run_page(assets: dict[str, str], run_id: int) -> str:
 <label class="inline"><input type="checkbox" id="log-y"> log y</label>
 <label class="inline"><input type="checkbox" id="ema"> EMA smoothing</label>
 </div>
+<section id="forecast-watch" hidden></section>
 <div id="figures"></div>
 <details id="config-box"><summary>Config</summary><table id="config" class="grid kv"></table></details>"""
-    return _shell("Run", "run.js", body, assets, {"run-id": str(run_id)})
+    return _shell("Run", "run.js", body, assets, {"run-id": str(run_id)}, extra="forecast.js")
 
 
 def group_page(assets: dict[str, str], group_id: int) -> str:
@@ -97,9 +101,10 @@ def group_page(assets: dict[str, str], group_id: int) -> str:
 <label class="inline"><input type="checkbox" id="ema"> EMA smoothing</label>
 </div>
 <div id="legend" class="legend" aria-label="runs: click to hide or show"></div>
+<section id="forecast-panel"></section>
 <div id="rows"></div>
 <h2>Runs in this group</h2><ul id="group-runs" class="links"></ul>"""
-    return _shell("Scale comparison", "group.js", body, assets, {"group-id": str(group_id)})
+    return _shell("Scale comparison", "group.js", body, assets, {"group-id": str(group_id)}, extra="forecast.js")
 
 
 def sweeps_page(assets: dict[str, str], group_id: int) -> str:
@@ -116,7 +121,7 @@ def alerts_page(assets: dict[str, str]) -> str:
 <form id="filters" class="filters">
 <label>Run id <input name="run_id" type="number" min="1" step="1"></label>
 <label>Kind <select name="rule"><option value="">any</option><option>z_spike</option><option>nan_loss</option>
-<option>nonfinite_value</option><option>max_vio_collapse</option></select></label>
+<option>nonfinite_value</option><option>max_vio_collapse</option><option>forecast_band</option></select></label>
 <label>Project <input name="project" autocomplete="off"></label>
 <button type="submit">Filter</button></form>
 <div id="timeline" class="fig"></div>

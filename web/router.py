@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 
 from hyperwatch.monitor.core.errors import NotFoundError
-from hyperwatch.web import data, pages
+from hyperwatch.web import data, forecast, pages
 
 STATIC_DIR = Path(__file__).parent / "static"
 CSP = (
@@ -90,6 +90,7 @@ def assets() -> Assets:
 
 router = APIRouter(include_in_schema=False)
 router.include_router(data.router)
+router.include_router(forecast.router)
 
 
 def _html(text: str) -> Response:

@@ -9,6 +9,8 @@ wire spelling of non-finite numbers), so every consumer can import it without a 
 - :func:`lr_sensitivity`: k-subset errors of an LR sweep (:mod:`.sensitivity`)
 - :func:`stability_verdict`: transferable stability across scales (:mod:`.stability`)
 - :func:`fit_group`: all of the above for a group of stored runs (:mod:`.group`)
+- :func:`.forecast.forecast`: an indicator at a size not trained yet, with its prediction band and
+  threshold crossing (:mod:`.forecast`); the band over training of a larger run (:mod:`.forecast_track`)
 
 Every result is a frozen dataclass with ``to_json()``; bad input raises :class:`AnalysisError`.
 """

@@ -26,11 +26,16 @@ from hyperwatch.monitor.store.entities import (
 
 
 class WindowReader(Protocol):
-    """The one read a detector needs: trailing windows of many series (a Store, or one open transaction)."""
+    """The reads a detector needs: trailing windows of many series (a Store, or one open transaction);
+    ``trailing_points`` gives each value with its step (the forecast alert aligns layers by step)."""
 
     def trailing_windows(
         self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
     ) -> list[list[float]]: ...
+
+    def trailing_points(
+        self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
+    ) -> list[list[tuple[int, float]]]: ...
 
 
 Detector = Callable[[WindowReader], Sequence[NewAlert]]

@@ -56,9 +56,14 @@ class _ConnWindows:
     def trailing_windows(
         self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
     ) -> list[list[float]]:
+        return [[v for _step, v in w] for w in self.trailing_points(run_id, keys, limit)]
+
+    def trailing_points(
+        self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
+    ) -> list[list[tuple[int, float]]]:
         if not keys:
             return []
-        return [[v for _step, v in w] for w in self._store._trailing_points(self._conn, run_id, keys, limit)]
+        return self._store._trailing_points(self._conn, run_id, keys, limit)
 
 
 class SeriesMixin:

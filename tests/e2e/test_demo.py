@@ -55,7 +55,7 @@ def test_fast_demo_catches_the_instability_live_across_scales(tmp_path: Path) ->
     app = create_app(Settings(database_url=db, dev_mode=True), registry=CollectorRegistry())
     with TestClient(app) as client:
         groups = {g["name"]: g["id"] for g in client.get("/api/v1/groups").json()}
-        verdicts = {}
+        verdicts, sentences = {}, {}
         for name in ("demo-hyperp-fast", "demo-baseline-fast"):
             runs = client.get("/api/v1/runs", params={"group": name}).json()
             assert sorted(r["depth"] for r in runs) == [2, 4], runs
@@ -69,6 +69,12 @@ def test_fast_demo_catches_the_instability_live_across_scales(tmp_path: Path) ->
             stab = client.get(f"/api/v1/groups/{groups[name]}/stability").json()
             assert stab["matched"]["fraction"] == 1.0 and stab["matched"]["reason"] is None
             verdicts[name] = stab["report"]["indicators"]
+            # the forecast panel's words: two depths are too few sizes for a band (the full demo has three)
+            fc = client.get(f"/api/v1/groups/{groups[name]}/forecast", params={"name": "attention_z"}).json()
+            sentences[name] = fc["indicators"]["attention_z"]["peak"]["sentence"]
+            assert sentences[name] == (
+                "peak attention Z: not enough runs: 2 sizes with a finite, positive peak (need 3)."
+            )
         assert verdicts["demo-hyperp-fast"]["attention_z"]["verdict"] == "transferable", verdicts
         assert verdicts["demo-baseline-fast"]["attention_z"]["verdict"] == "breaks", verdicts
         peaks = verdicts["demo-baseline-fast"]["attention_z"]["peak"]["values"]
@@ -89,7 +95,7 @@ def test_fast_demo_catches_the_instability_live_across_scales(tmp_path: Path) ->
         assert all(a["run"].startswith("demo-baseline") and a["rule"] == "HyperWatchAttentionZSpike" for a in prom)
         assert all(a["name"] == "attention_z" and a["value"] >= 100 for a in prom), prom
         spiky = service[-1]["run_id"]
-    check_pages(db, groups, spiky)
+    check_pages(db, groups, spiky, sentences)
 
 
 def _figure(driver: Any, div: str) -> Any:
@@ -99,7 +105,7 @@ def _figure(driver: Any, div: str) -> Any:
     )
 
 
-def check_pages(db: str, groups: dict[str, int], spiky: int) -> None:
+def check_pages(db: str, groups: dict[str, int], spiky: int, sentences: dict[str, str]) -> None:
     """Every page of the demo's data in headless Chromium: verdicts, the alert marker, screenshots."""
     store = SqlStore(db)
     server, thread, url = serve(store)
@@ -112,6 +118,8 @@ def check_pages(db: str, groups: dict[str, int], spiky: int) -> None:
                 wait_ready(driver)
                 wait_for(driver, lambda d: _figure(d, "stab-attention_z") is not None)
                 titles[name] = _figure(driver, "stab-attention_z")["title"]
+                shown = driver.execute_script("return document.getElementById('fc-sentence').textContent")
+                assert shown == sentences[name], (name, shown)  # the forecast panel says what the API says
                 screenshot(driver, SHOTS / f"scale-{name}.png")
                 assert console_errors(driver) == []
             if not README_SHOT.exists() or os.environ.get("HYPERWATCH_UPDATE_DOCS") == "1":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from hyperwatch.monitor.api.routes import alerts, analysis, groups, points, query, runs
+from hyperwatch.monitor.api.routes import alerts, analysis, forecast, groups, points, query, runs
 
 API_ROUTERS: list[APIRouter] = [
     runs.router,
@@ -17,4 +17,5 @@ API_ROUTERS: list[APIRouter] = [
     query.router,
     alerts.router,
     analysis.router,
+    forecast.router,
 ]

@@ -37,6 +37,19 @@ def _analysis_error(exc: AnalysisError) -> InvalidInputError:
     return InvalidInputError(str(exc))
 
 
+def indicator_names(name: list[str] | None, buckets: int, max_buckets: int) -> list[str]:
+    """The indicators asked for (default: the seven), each a valid metric name, and ``buckets`` in range."""
+    if buckets > max_buckets:
+        raise InvalidInputError(f"buckets: {buckets} is above the limit of {max_buckets} (HYPERWATCH_MAX_BUCKETS)")
+    names = list(dict.fromkeys(name or STABILITY_INDICATORS))
+    for n in names:
+        try:
+            validate_name(n, "name")
+        except SchemaError as exc:
+            raise InvalidInputError(str(exc)) from exc
+    return names
+
+
 # -- routes --------------------------------------------------------------------------------------------
 ANALYSIS_DOC = """LR sweeps (quadratic fit in log lr per sweep), transfer laws (optimal LR vs tokens, depth,
 batch size) and scaling laws L = A C^-b (+ C0) per method with the compute leverage of every method
@@ -98,18 +111,9 @@ def group_stability(
     rtol: Annotated[float, Query(ge=0, le=10)] = 0.05,
     atol: Annotated[float, Query(ge=0)] = 0.0,
 ) -> dict[str, Any]:
-    if buckets > settings.max_buckets:
-        raise InvalidInputError(
-            f"buckets: {buckets} is above the limit of {settings.max_buckets} (HYPERWATCH_MAX_BUCKETS)"
-        )
+    names = indicator_names(name, buckets, settings.max_buckets)
     if not math.isfinite(atol):
         raise InvalidInputError("atol: must be a finite number >= 0")
-    names = list(dict.fromkeys(name or STABILITY_INDICATORS))
-    for n in names:
-        try:
-            validate_name(n, "name")
-        except SchemaError as exc:
-            raise InvalidInputError(str(exc)) from exc
     group, runs = group_runs(store, group_id)
     records, skipped, matching = stability_records(store, runs, names, scale, agg, buckets)
     report = None

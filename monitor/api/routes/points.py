@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from hyperwatch.monitor.api.batch_body import REQUEST_BODY, ParsedBatch, read_batch
 from hyperwatch.monitor.api.deps import SettingsDep, StoreDep, WriteAuth
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.detectors import detect
+from hyperwatch.monitor.forecast_alerts import ForecastWatches
 from hyperwatch.monitor.prometheus import ALERTS_RAISED, BATCHES_INGESTED, POINTS_INGESTED
 from hyperwatch.monitor.schemas import IngestOut, ProjectName
-from hyperwatch.monitor.store.base import Store
-from hyperwatch.monitor.store.entities import IngestResult
+from hyperwatch.monitor.store.base import Detector, Store, WindowReader
+from hyperwatch.monitor.store.entities import IngestResult, NewAlert
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["points"])
@@ -42,7 +44,9 @@ INGEST_DOC = """Store one batch of points (the hooks wire format).
 - Limits: body size (413, `HYPERWATCH_MAX_BODY_BYTES`), points per batch (422,
   `HYPERWATCH_MAX_POINTS_PER_BATCH`, at most hooks.schema.MAX_POINTS_PER_BATCH); every invalid
   field is a 422 naming it.
-- The service's detectors run on the new points; the reply counts the alert events raised.
+- The service's detectors run on the new points; the reply counts the alert events raised. A run
+  at its group's largest size is also checked against the band its smaller runs forecast for it
+  (`forecast_band`, see `GET /api/v1/runs/{run_id}/forecast`).
 """
 
 
@@ -77,7 +81,8 @@ async def ingest(
             f"points: the batch has {len(batch.points)} points; the limit is {settings.max_points_per_batch} "
             "(HYPERWATCH_MAX_POINTS_PER_BATCH): split it into smaller batches"
         )
-    run_id, result = await run_in_threadpool(_store_batch, store, project, batch)
+    watches: ForecastWatches = request.app.state.forecast_watches
+    run_id, result = await run_in_threadpool(_store_batch, store, project, batch, watches)
     (_DUPLICATE if result.duplicate else _STORED).inc()
     if not result.duplicate:
         POINTS_INGESTED.inc(result.accepted)
@@ -87,19 +92,26 @@ async def ingest(
     # IngestOut's fields, written directly (a model instance and its dump cost more than the rest of
     # the reply); tests/monitor/test_ingest.py checks the reply against the documented model
     out = {"accepted": result.accepted, "duplicate": result.duplicate, "run_id": run_id, "alerts": len(result.alerts)}
-    return Response(_ENCODE(out), status_code=200 if result.duplicate else 201, media_type="application/json")
+    # the run's forecast band is (re)read after the reply: the next batches are checked against it
+    later = BackgroundTask(watches.refresh, store, run_id) if watches.due(run_id) else None
+    status = 200 if result.duplicate else 201
+    return Response(_ENCODE(out), status_code=status, media_type="application/json", background=later)
 
 
-def _store_batch(store: Store, project: str, batch: ParsedBatch) -> tuple[int, IngestResult]:
+def _store_batch(store: Store, project: str, batch: ParsedBatch, watches: ForecastWatches) -> tuple[int, IngestResult]:
     points = batch.points
+
+    def detector_for(run_id: int, thresholds: dict[str, Any] | None) -> Detector:
+        forecast = watches.detector(run_id, points)
+
+        def detector(reader: WindowReader) -> list[NewAlert]:
+            alerts = detect(reader, run_id, points, thresholds)
+            return alerts if forecast is None else [*alerts, *forecast(reader)]
+
+        return detector
+
     # one transaction finds the run and stores the batch; the detectors run inside it: points and
     # alerts commit together, so a batch retried after a lost race or a crash is never stored
     # without its alerts (issue 14)
-    result = store.ingest_named(
-        project,
-        batch.run,
-        batch.batch_id,
-        points,
-        detector_for=lambda run_id, thresholds: lambda reader: detect(reader, run_id, points, thresholds),
-    )
+    result = store.ingest_named(project, batch.run, batch.batch_id, points, detector_for=detector_for)
     return result.run_id, result
