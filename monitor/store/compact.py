@@ -155,7 +155,7 @@ def copy_chunks(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
     raw = conn.connection.dbapi_connection
     assert raw is not None
     with raw.cursor() as cur, cur.copy(_COPY_CHUNKS) as copy:  # type: ignore[attr-defined]
-        copy.set_types(["int4", "int2", "int2", "int8", "int2", "bytea"])
+        copy.set_types(["int4", "int4", "int2", "int8", "int2", "bytea"])  # name_id INTEGER since 0007
         for row in rows:
             copy.write_row(row)
 

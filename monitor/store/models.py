@@ -2,8 +2,9 @@
 
 Sizing for 10^9 metric points (the tables that matter)
 ------------------------------------------------------
-Keys are compact integers everywhere: metric names are interned in ``metric_names`` (SMALLINT
-id), run-level points use ``layer = -1`` instead of NULL so keys stay NOT NULL, steps are BIGINT.
+Keys are compact integers everywhere: metric names are interned in ``metric_names`` (INTEGER
+id since revision 0007, :mod:`monitor.store.names`), run-level points use ``layer = -1`` instead of
+NULL so keys stay NOT NULL, steps are BIGINT.
 
 On PostgreSQL a point lives in one of three places (:mod:`monitor.store.compact` and
 :mod:`monitor.store.pending` keep the split exact; SQLite in the last two, since revision 0006):
@@ -112,7 +113,6 @@ def hot_relation(dialect: str) -> str:
     return HOT_POINTS if dialect in PENDING_DIALECTS else "metric_points"
 
 
-SmallId = SmallInteger().with_variant(Integer(), "sqlite")
 Double = Float(precision=53).with_variant(Float(), "sqlite")
 Int2Array = LargeBinary().with_variant(postgresql.ARRAY(SmallInteger()), "postgresql")
 Int8Array = LargeBinary().with_variant(postgresql.ARRAY(BigInteger()), "postgresql")
@@ -195,7 +195,7 @@ class RunTagRow(Base):
 
 class MetricNameRow(Base):
     __tablename__ = "metric_names"
-    id: Mapped[int] = mapped_column(SmallId, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
 
 
@@ -214,7 +214,7 @@ class MetricPointRow(Base):
         {"sqlite_with_rowid": False},
     )
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
-    name_id: Mapped[int] = mapped_column(SmallId, primary_key=True)
+    name_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     layer: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
@@ -238,7 +238,7 @@ class MetricChunkRow(Base):
         {"sqlite_with_rowid": False},
     )
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
-    name_id: Mapped[int] = mapped_column(SmallId, primary_key=True)
+    name_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     layer: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     chunk: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     nonfinite: Mapped[int] = mapped_column(SmallInteger)  # NaN/+-Inf points inside: > 0 is in the partial index
@@ -249,7 +249,7 @@ class MetricRollupRow(Base):
     __tablename__ = "metric_rollups"
     __table_args__ = ({"sqlite_with_rowid": False},)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
-    name_id: Mapped[int] = mapped_column(SmallId, primary_key=True)
+    name_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     layer: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     level: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     block: Mapped[int] = mapped_column(BigInteger, primary_key=True)
@@ -267,7 +267,7 @@ class SeriesLatestRow(Base):
 
     __tablename__ = "series_latest"
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
-    name_id: Mapped[int] = mapped_column(SmallId, primary_key=True)
+    name_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     layer: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     step: Mapped[int] = mapped_column(BigInteger)
     value: Mapped[float | None] = mapped_column(Double, nullable=True)
@@ -279,7 +279,7 @@ class PointBatchRow(Base):
 
     __tablename__ = "point_batches"
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
-    name_id: Mapped[int] = mapped_column(SmallId, primary_key=True)
+    name_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     token: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # the run's ingest_token of the batch
     layer: Mapped[bytes] = mapped_column(Int2Array)
     step: Mapped[bytes] = mapped_column(Int8Array)

@@ -378,7 +378,7 @@ def _insert_points(
             stream = copy_binary(
                 [
                     (np.full(len(ids), run_id), "int4", None),
-                    (ids, "int2", None),
+                    (ids, "int4", None),  # name_id INTEGER since revision 0007
                     (layer, "int2", None),
                     (step, "int8", None),
                     (tokens, "int8", tokens == NULL_INT),

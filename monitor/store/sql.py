@@ -7,11 +7,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, text, update
+import numpy as np
+from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine, Row
 
+from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.monitor.core.errors import InvalidInputError, NotFoundError
-from hyperwatch.monitor.store import migrate, repair
+from hyperwatch.monitor.store import migrate, names, repair
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.engine import BUSY_TIMEOUT_MS, make_engine, managed, retry_busy
 from hyperwatch.monitor.store.entities import (
@@ -38,7 +40,6 @@ from hyperwatch.monitor.store.points import (
 from hyperwatch.monitor.store.sql_series import SeriesMixin
 
 log = logging.getLogger(__name__)
-MAX_NAME_IDS = 32_767  # metric_names.id is SMALLINT
 
 
 def _run_not_found(project: str, name: str) -> NotFoundError:
@@ -83,22 +84,18 @@ class SqlStore(SeriesMixin, Store):
     def _name_id(self, conn: Connection, name: str, create: bool = True) -> int | None:
         if name in self._name_ids:
             return self._name_ids[name]
+        if create:
+            return names.name_ids(conn, [name], self._name_ids)[name]
         nid = conn.execute(select(MetricNameRow.id).where(MetricNameRow.name == name)).scalar()
         if nid is not None:
             self._name_ids[name] = int(nid)  # it existed before this transaction: safe to remember
-        elif create:
-            count = conn.execute(select(func.count()).select_from(MetricNameRow)).scalar() or 0
-            if count >= MAX_NAME_IDS:
-                raise InvalidInputError(
-                    f"name: the database already holds {count} distinct metric names, the limit; "
-                    "use fewer qualified or user.* names"
-                )
-            ins = dialect_insert(conn, MetricNameRow.__table__).values(name=name)
-            conn.execute(ins.on_conflict_do_nothing(index_elements=["name"]))
-            # Not cached: this transaction may still roll back (a lock race, a kill), and a cached
-            # id of a row that was never committed would break every later batch with that name.
-            nid = conn.execute(select(MetricNameRow.id).where(MetricNameRow.name == name)).scalar()
         return nid
+
+    def _used_name_ids(self, conn: Connection, columns: PointColumns) -> dict[str, int]:
+        """Ids of the names the points use (registered if new); a header's unused names get -1, stored nowhere."""
+        used = [columns.names[i] for i in np.unique(columns.name_index).tolist()]
+        ids = names.name_ids(conn, used, self._name_ids)
+        return {n: ids.get(n, -1) for n in columns.names}
 
     def _run_query(self) -> Any:
         return (

@@ -29,6 +29,7 @@ from hyperwatch.monitor.store.entities import (
 from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.ingest import Duplicate, LatestSteps, lock_run, new_token, store_points
 from hyperwatch.monitor.store.models import AlertEventRow, MetricNameRow, ProjectRow, RunRow, SeriesLatestRow
+from hyperwatch.monitor.store.names import check_name_count
 from hyperwatch.monitor.store.points import (
     SortedBatch,
     api_layer,
@@ -67,7 +68,7 @@ class _ConnWindows:
 
 
 class SeriesMixin:
-    """Needs ``engine``, ``_name_id`` and ``_get_run`` from the class it is mixed into."""
+    """Needs ``engine``, ``_name_id``, ``_used_name_ids`` and ``_get_run`` from the class it is mixed into."""
 
     engine: Engine
     hot_vacuum: HotVacuum
@@ -76,6 +77,8 @@ class SeriesMixin:
     if TYPE_CHECKING:  # provided by SqlStore
 
         def _name_id(self, conn: Connection, name: str, create: bool = True) -> int | None: ...
+
+        def _used_name_ids(self, conn: Connection, columns: PointColumns) -> dict[str, int]: ...
 
         def _get_run(self, conn: Connection, run_id: int) -> Run: ...
 
@@ -107,6 +110,7 @@ class SeriesMixin:
         """One transaction (:mod:`monitor.store.ingest`): the run's row locked, the batch id claimed, the
         points written, the alerts stored. A duplicate batch id rolls back and changes nothing."""
         columns = PointColumns.of(points)
+        check_name_count(len(columns.names))  # before any work: a refused batch allocates nothing
         top = int(columns.step.max()) if len(columns) else None
         moved, committed = 0, None
         try:
@@ -118,8 +122,7 @@ class SeriesMixin:
                     raise Duplicate(run_id, seen)
                 alerts: list[NewAlert] = []
                 if len(columns):
-                    name_ids = {n: self._name_id(conn, n) for n in columns.names}
-                    batch = SortedBatch.of(columns, name_ids)  # type: ignore[arg-type]
+                    batch = SortedBatch.of(columns, self._used_name_ids(conn, columns))
                     moved, committed = store_points(conn, self.latest_steps, run_id, prior, token, batch)
                 detector = None if detector_for is None else detector_for(run_id, thresholds)
                 if detector is not None:

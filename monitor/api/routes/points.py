@@ -20,13 +20,14 @@ from hyperwatch.monitor.prometheus import ALERTS_RAISED, BATCHES_INGESTED, POINT
 from hyperwatch.monitor.schemas import IngestOut, ProjectName
 from hyperwatch.monitor.store.base import Detector, Store, WindowReader
 from hyperwatch.monitor.store.entities import IngestResult, NewAlert
+from hyperwatch.monitor.store.names import MAX_NAMES_PER_BATCH, check_name_count
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["points"])
 _STORED, _DUPLICATE = BATCHES_INGESTED.labels("stored"), BATCHES_INGESTED.labels("duplicate")
 _ENCODE = msgspec.json.encode
 
-INGEST_DOC = """Store one batch of points (the hooks wire format).
+INGEST_DOC = f"""Store one batch of points (the hooks wire format).
 
 - `run` is a run **name** in the project named by `?project=` (default `default`); the run must
   exist (404 otherwise: create it with `POST /api/v1/runs`).
@@ -42,11 +43,14 @@ INGEST_DOC = """Store one batch of points (the hooks wire format).
   (`application/vnd.hyperwatch.columns`, layout in `hyperwatch.hooks.columns`, what the hooks' HTTP
   sink sends); any other Content-Type is a 415.
 - Limits: body size (413, `HYPERWATCH_MAX_BODY_BYTES`), points per batch (422,
-  `HYPERWATCH_MAX_POINTS_PER_BATCH`, at most hooks.schema.MAX_POINTS_PER_BATCH); every invalid
-  field is a 422 naming it.
+  `HYPERWATCH_MAX_POINTS_PER_BATCH`, at most hooks.schema.MAX_POINTS_PER_BATCH), distinct metric
+  names per batch (422, {MAX_NAMES_PER_BATCH}, checked before any database work; a columnar header's names
+  that no point uses are not registered); every invalid field is a 422 naming it.
+- Batch ids are global, not per run: a `batch_id` already stored for any run answers 200
+  `duplicate: true` and stores nothing, so make each id unique (the hooks send random UUIDs).
 - The service's detectors run on the new points; the reply counts the alert events raised. A run
   at its group's largest size is also checked against the band its smaller runs forecast for it
-  (`forecast_band`, see `GET /api/v1/runs/{run_id}/forecast`).
+  (`forecast_band`, see `GET /api/v1/runs/{{run_id}}/forecast`).
 """
 
 
@@ -81,6 +85,7 @@ async def ingest(
             f"points: the batch has {len(batch.points)} points; the limit is {settings.max_points_per_batch} "
             "(HYPERWATCH_MAX_POINTS_PER_BATCH): split it into smaller batches"
         )
+    check_name_count(len(batch.points.names))  # before any database work: a refused batch allocates nothing
     watches: ForecastWatches = request.app.state.forecast_watches
     run_id, result = await run_in_threadpool(_store_batch, store, project, batch, watches)
     (_DUPLICATE if result.duplicate else _STORED).inc()

@@ -1,0 +1,109 @@
+"""Metric names interned as integer ids (``metric_names``): what a batch registers and when it is refused.
+
+Issue 25: a refused request used to exhaust the id sequence for everyone, and each new name cost a
+``count(*)`` over the table. Now:
+
+- Only the names some point of the batch uses are registered (a columnar header may list more).
+- The per-request cap (:data:`MAX_NAMES_PER_BATCH` distinct names used) is checked by the caller
+  before any database work (:func:`check_name_count`), so a refused batch allocates nothing.
+- Known names come from a per-process cache, then one ``SELECT`` for the rest; the names still
+  missing are inserted by **one** ``INSERT .. SELECT`` that skips the names already there, so on
+  PostgreSQL no sequence value is drawn for an existing name (``ON CONFLICT DO NOTHING`` alone draws
+  one per row, conflict or not: 4 names used to leave ``last_value`` at 5). Only two writers
+  inserting the same new name at the same moment can still skip one id.
+- ``metric_names.id`` is INTEGER (revision 0007): 2,147,483,647 names. Should a database ever use
+  them all, the answer says so (:class:`NameIdsExhaustedError`, 507) instead of blaming the request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+
+from hyperwatch.monitor.core.errors import InvalidInputError, MonitorError
+
+MAX_NAMES_PER_BATCH = 4096
+"""Distinct metric names one batch may use (a model's hooks send a few dozen to a few hundred)."""
+MAX_NAME_ID = 2**31 - 1  # metric_names.id is INTEGER on both databases
+
+# PostgreSQL: 2200H sequence_generator_limit_exceeded, 22003 numeric_value_out_of_range
+_EXHAUSTED_STATES = ("2200H", "22003")
+
+_SELECT = {
+    "postgresql": "SELECT name, id FROM metric_names WHERE name = ANY(%s::text[])",
+    "sqlite": "SELECT name, id FROM metric_names WHERE name IN (SELECT value FROM json_each(?))",
+}
+# ORDER BY: ids in name order, whichever order a batch listed them in; the NOT EXISTS keeps a
+# known name from drawing a sequence value; ON CONFLICT covers a concurrent writer's same new name
+_INSERT = {
+    "postgresql": (
+        "INSERT INTO metric_names (name) SELECT w.name FROM unnest(%s::text[]) AS w(name) "
+        "WHERE NOT EXISTS (SELECT 1 FROM metric_names AS m WHERE m.name = w.name) ORDER BY w.name "
+        "ON CONFLICT (name) DO NOTHING"
+    ),
+    "sqlite": (
+        "INSERT INTO metric_names (name) SELECT w.value FROM json_each(?) AS w "
+        "WHERE NOT EXISTS (SELECT 1 FROM metric_names AS m WHERE m.name = w.value) ORDER BY w.value "
+        "ON CONFLICT (name) DO NOTHING"
+    ),
+}
+
+
+class NameIdsExhaustedError(MonitorError):
+    """Every metric-name id is in use: no new name can be stored (the request itself is fine)."""
+
+    status_code = 507  # Insufficient Storage: the server's, not the client's, and not a retry-later
+
+
+def check_name_count(count: int) -> None:
+    """Refuse a batch using more than :data:`MAX_NAMES_PER_BATCH` distinct names, before any work."""
+    if count > MAX_NAMES_PER_BATCH:
+        raise InvalidInputError(
+            f"points: the batch uses {count} distinct metric names; the limit is {MAX_NAMES_PER_BATCH} "
+            "per batch: split it into batches with fewer names each"
+        )
+
+
+def _param(conn: Connection, names: Sequence[str]) -> object:
+    return list(names) if conn.dialect.name == "postgresql" else json.dumps(list(names))
+
+
+def name_ids(conn: Connection, names: Sequence[str], cache: dict[str, int]) -> dict[str, int]:
+    """The id of each of ``names`` (distinct), registering the new ones in this transaction.
+
+    ``cache`` (the store's, per process) gets the ids of names that existed before this
+    transaction; a name inserted here is not cached, since the transaction may still roll back.
+    """
+    check_name_count(len(names))
+    out = {n: cache[n] for n in names if n in cache}
+    missing = [n for n in names if n not in out]
+    if not missing:
+        return out
+    dialect = "postgresql" if conn.dialect.name == "postgresql" else "sqlite"
+    found = dict(conn.exec_driver_sql(_SELECT[dialect], (_param(conn, missing),)).cursor.fetchall())
+    cache.update(found)
+    out.update(found)
+    new = [n for n in missing if n not in found]
+    if not new:
+        return out
+    try:
+        conn.exec_driver_sql(_INSERT[dialect], (_param(conn, new),))
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) in _EXHAUSTED_STATES:
+            raise NameIdsExhaustedError(
+                f"the database has used every metric-name id (metric_names.id, at most {MAX_NAME_ID:,}): "
+                f"{len(new)} new name(s) of this batch cannot be stored; the request is valid and batches "
+                "that use only known names are still stored. An operator must free or widen the ids "
+                f"({_first_line(exc)})"
+            ) from exc
+        raise
+    out.update(conn.exec_driver_sql(_SELECT[dialect], (_param(conn, new),)).cursor.fetchall())
+    return out
+
+
+def _first_line(exc: DBAPIError) -> str:
+    text = str(exc.orig).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
