@@ -3,6 +3,10 @@
 ``hyperwatch db upgrade`` passes an open connection in ``config.attributes["connection"]``;
 ``alembic -c migrations/alembic.ini upgrade head`` uses ``sqlalchemy.url`` or
 ``HYPERWATCH_DATABASE_URL``. SQLite gets batch mode (copy-and-move ALTERs).
+
+Rule: a migration that moves data (reads rows and writes or deletes them elsewhere) locks the
+tables it moves between before its first read (``monitor.store.packing.lock_for_move``), and is
+tested with a writer committing in the gap on both databases; see ``migrations/README.md``.
 """
 
 from __future__ import annotations

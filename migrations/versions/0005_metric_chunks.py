@@ -53,6 +53,7 @@ def upgrade() -> None:
         postgresql_where=sa.text("nonfinite > 0"),
     )
     conn = op.get_bind()
+    packing.lock_for_move(conn, packing.MOVED_TABLES)  # before the first read of what it moves
     if conn.dialect.name == "postgresql":
         # rewritten by every batch: room on each page lets an update stay on its page (HOT) and the
         # dead versions be pruned there, instead of the table growing by a row per series and batch

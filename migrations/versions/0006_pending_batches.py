@@ -18,7 +18,8 @@ SQLite's sealed points move into packed chunks here (PostgreSQL's did in 0005): 
 database upgrades in ~41 s on a 2-core machine (``bench/migration.py --steps 20000``); run
 ``VACUUM`` afterwards to give the freed pages back (45 -> 14 bytes per point there).
 
-Downgrade turns pending elements (PostgreSQL) or chunks (SQLite) back into ``metric_points`` rows.
+Downgrade turns pending elements (PostgreSQL) or chunks (SQLite) back into ``metric_points`` rows,
+the tables locked first (:func:`monitor.store.packing.lock_for_move`; ``migrations/README.md``).
 
 Revision ID: 0006_pending_batches
 Revises: 0005_metric_chunks
@@ -66,6 +67,9 @@ def upgrade() -> None:
 def downgrade() -> None:
     conn = op.get_bind()
     if conn.dialect.name == "postgresql":
+        # locked before the copy: a batch a service commits between the copy and the drop would be
+        # dropped after its 201 (issue 25); a writer now waits, then fails on the old schema, unanswered
+        packing.lock_for_move(conn, ("point_batches", "metric_points"))
         op.execute(f"INSERT INTO metric_points (run_id, name_id, layer, step, tokens, value) {_PENDING}")
         op.execute("DROP VIEW hot_points")
     else:
