@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "hyperwatch.monitor.forecast_cli",
         "each indicator of a group forecast at a larger size, with its band and threshold crossing",
     ),
-    "serve": ("hyperwatch.monitor.cli", "run the monitoring service"),
+    "serve": ("hyperwatch.serve", "run the monitoring service"),
     "db": ("hyperwatch.monitor.db_cli", "database schema commands (upgrade, current)"),
     "upload": ("hyperwatch.hooks.upload", "replay an offline JSONL folder or an HTTP spool into the service"),
 }

@@ -6,7 +6,7 @@ localhost port, schema upgraded first, waited for on ``/readyz``) and :class:`Al
 generated into a temporary folder: Prometheus scrapes the service and evaluates
 ``prometheus/rules.yml``; Alertmanager delivers what fires to the service's webhook
 ``POST /api/v1/alerts/prometheus``). Everything binds to 127.0.0.1, is stopped on exit, and dies
-with the process that started it even when that one is killed (:func:`hyperwatch.lifetime.die_with_parent`).
+with the process that started it even when that one is killed (:func:`hyperwatch.monitor.lifetime.die_with_parent`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from hyperwatch.lifetime import die_with_parent
+from hyperwatch.monitor.lifetime import die_with_parent
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from prometheus_client import CollectorRegistry
 from hyperwatch.app import create_app
 from hyperwatch.hooks.schema import Batch, Point
 from hyperwatch.hooks.sinks import HttpSink, RunInfo
-from hyperwatch.monitor.cli import build_parser
 from hyperwatch.monitor.core.config import Settings
 from hyperwatch.monitor.store import SqlStore, migrate
+from hyperwatch.serve import build_parser
 from tests.reliability.support import AUTH, READ_TOKEN, WRITE_TOKEN, Service, wait_until
 from tests.reliability.test_hostile import fingerprint
 

@@ -2,7 +2,7 @@
 
 A small Python parent starts the real helpers (``ServiceProcess``; ``AlertingStack`` when
 Prometheus is installed), prints their pids, and is then killed with SIGKILL: no ``finally``, no
-``atexit``, only the kernel's parent-death signal (``hyperwatch.lifetime.die_with_parent``) can
+``atexit``, only the kernel's parent-death signal (``hyperwatch.monitor.lifetime.die_with_parent``) can
 stop them. The children must be gone, and their ports closed, within seconds.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from hyperwatch.lifetime import die_with_parent
 from hyperwatch.monitor.children import alerting_available, python_env
+from hyperwatch.monitor.lifetime import die_with_parent
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 
@@ -108,7 +108,7 @@ def test_die_with_parent_runs_the_command_with_the_requested_signal(tmp_path: Pa
     )
     parent_code = (
         "import subprocess, sys, time\n"
-        "from hyperwatch.lifetime import die_with_parent\n"
+        "from hyperwatch.monitor.lifetime import die_with_parent\n"
         f"cmd = die_with_parent([sys.executable, '-c', {child!r}], 2)\n"
         "p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)\n"
         "assert p.stdout.readline().strip() == 'ready'\n"

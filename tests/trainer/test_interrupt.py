@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 
-from hyperwatch.lifetime import die_with_parent
 from hyperwatch.monitor.children import ServiceProcess, python_env
+from hyperwatch.monitor.lifetime import die_with_parent
 from hyperwatch.trainer.sweep import INTERRUPTED_CODES
 
 

@@ -1,4 +1,8 @@
-"""``hyperwatch serve``: run the monitoring service with uvicorn (localhost unless told)."""
+"""``hyperwatch serve``: run the whole app (API and pages) with uvicorn (localhost unless told).
+
+The command sits above monitor/ and web/ (it runs :func:`hyperwatch.app.create_app`), so no import
+runs back up from either.
+"""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ still the one that started it, so a parent that dies before the flag is set cann
 either. The kernel ties the signal to the parent *thread* that forked: start long-lived children
 from a thread that outlives them (the main thread, or one that waits for the child, as sweeps do).
 
-Standard library only (the trainer's sweeps use it as well as the service helpers). Elsewhere than
+Standard library only (the trainer's sweeps use it as well as the service helpers; it lives in
+monitor/, below the app and the commands, so no import runs back up). Elsewhere than
 Linux the command is returned unchanged.
 """
 
