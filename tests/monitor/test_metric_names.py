@@ -3,7 +3,10 @@ ids are INTEGER on both databases, and running out of them is told truthfully.""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -163,3 +166,14 @@ def _revision_before_0007() -> str:
     down = script.get_revision("0007_metric_name_ids").down_revision
     assert isinstance(down, str)
     return down
+
+
+def test_metric_names_benchmark_runs_both_paths_on_both_databases() -> None:
+    """The short version of ``bench/metric_names.py``: both paths register every name on both databases
+    (the script asserts the count), and on PostgreSQL draw exactly one id per name."""
+    bench = Path(__file__).resolve().parents[2] / "bench" / "metric_names.py"
+    done = subprocess.run([sys.executable, str(bench), "--names", "300"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [ln for ln in done.stdout.splitlines() if "new names" in ln]
+    assert [ln.split()[0] for ln in lines] == ["SQLite", "PostgreSQL"], done.stdout
+    assert "ids drawn: before 300, now 300" in lines[1]
