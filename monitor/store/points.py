@@ -128,6 +128,26 @@ def claim_batch(conn: Connection, run_id: int, batch_id: str, n_points: int) -> 
     return batch_seen(conn, batch_id)
 
 
+def last_per_key(cols: PointColumns) -> PointColumns:
+    """The batch as stored: for a key (name, layer, step) sent more than once, only its last occurrence,
+    the others in arrival order. What the detectors must judge (issue 25: a batch with NaN then 1.0 for
+    one key stored 1.0 but raised ``nonfinite_value`` for the NaN). The batch itself when no key repeats.
+    """
+    n = len(cols)
+    if n < 2:
+        return cols
+    order = np.lexsort((cols.step, cols.layer, cols.name_index))  # stable: equal keys keep arrival order
+    c, la, s = cols.name_index[order], cols.layer[order], cols.step[order]
+    last = np.ones(n, dtype=bool)
+    last[:-1] = (c[1:] != c[:-1]) | (la[1:] != la[:-1]) | (s[1:] != s[:-1])
+    if last.all():
+        return cols
+    keep = np.sort(order[last])
+    return PointColumns(
+        cols.names, cols.name_index[keep], cols.step[keep], cols.value[keep], cols.layer[keep], cols.tokens[keep]
+    )
+
+
 @dataclass(frozen=True, eq=False)
 class SortedBatch:
     """A batch's points as the store writes them: one row per distinct key (the last occurrence of a key

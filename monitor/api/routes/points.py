@@ -21,6 +21,7 @@ from hyperwatch.monitor.schemas import IngestOut, ProjectName
 from hyperwatch.monitor.store.base import Detector, Store, WindowReader
 from hyperwatch.monitor.store.entities import IngestResult, NewAlert
 from hyperwatch.monitor.store.names import MAX_NAMES_PER_BATCH, check_name_count
+from hyperwatch.monitor.store.points import last_per_key
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["points"])
@@ -104,7 +105,7 @@ async def ingest(
 
 
 def _store_batch(store: Store, project: str, batch: ParsedBatch, watches: ForecastWatches) -> tuple[int, IngestResult]:
-    points = batch.points
+    points = last_per_key(batch.points)  # the detectors judge what is stored: a key's last value only
 
     def detector_for(run_id: int, thresholds: dict[str, Any] | None) -> Detector:
         forecast = watches.detector(run_id, points)
