@@ -1,4 +1,4 @@
-"""Metric-name ids are INTEGER: 2,147,483,647 names instead of 32,767 (issue 25).
+"""Metric-name ids are INTEGER (2,147,483,647 names instead of 32,767); batch ids are per run (issue 25).
 
 ``metric_names.id`` and every ``name_id`` column (``metric_points``, ``metric_chunks``,
 ``metric_rollups``, ``series_latest``, ``point_batches``) were SMALLINT on PostgreSQL, with a
@@ -15,6 +15,13 @@ Downgrade narrows the columns back; it refuses, naming the highest id, when a na
 is in use (a SMALLINT cannot hold it), and otherwise sets the sequence back to the highest id in
 use so that it fits ``AS smallint``.
 
+``ingested_batches``: the primary key is ``(run_id, batch_id)`` instead of ``batch_id``: the same
+id sent for a second run (an upload of one folder into two projects) was answered ``duplicate``
+and stored nothing. PostgreSQL swaps the key's index; SQLite, which cannot alter a primary key,
+copies the table into a new one under the migration's write lock. Downgrade keeps, of ids used by
+several runs, the record of the lowest run id (a later send of the others' batch would be stored
+again: the same points, last write wins).
+
 Revision ID: 0007_metric_name_ids
 Revises: 0006_pending_batches
 Create Date: 2026-11-25
@@ -24,6 +31,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+
+from hyperwatch.monitor.store import packing
 
 revision = "0007_metric_name_ids"
 down_revision = "0006_pending_batches"
@@ -45,24 +54,60 @@ _HOT_POINTS = (
 def upgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         _retype("integer")
+    _batch_key("run_id, batch_id")
 
 
 def downgrade() -> None:
     conn = op.get_bind()
-    if conn.dialect.name != "postgresql":
-        return
-    op.execute(f"LOCK TABLE {', '.join(TABLES)} IN ACCESS EXCLUSIVE MODE")
-    top = conn.execute(sa.text("SELECT max(id) FROM metric_names")).scalar()
-    if top is not None and top > SMALLINT_MAX:
-        raise RuntimeError(
-            f"cannot downgrade below 0007_metric_name_ids: metric_names holds id {top}, beyond the "
-            f"{SMALLINT_MAX} a SMALLINT of revision 0006 can hold; delete the names above {SMALLINT_MAX} "
-            "(and their points) first, or stay at this revision"
+    if conn.dialect.name == "postgresql":
+        op.execute(f"LOCK TABLE {', '.join(TABLES)} IN ACCESS EXCLUSIVE MODE")
+        top = conn.execute(sa.text("SELECT max(id) FROM metric_names")).scalar()
+        if top is not None and top > SMALLINT_MAX:
+            raise RuntimeError(
+                f"cannot downgrade below 0007_metric_name_ids: metric_names holds id {top}, beyond the "
+                f"{SMALLINT_MAX} a SMALLINT of revision 0006 can hold; delete the names above {SMALLINT_MAX} "
+                "(and their points) first, or stay at this revision"
+            )
+        # the sequence may have drawn past the highest id in use (a name inserted by two writers at once)
+        op.execute(
+            "SELECT setval('metric_names_id_seq', coalesce((SELECT max(id) FROM metric_names), 1), "
+            "(SELECT max(id) FROM metric_names) IS NOT NULL)"
         )
-    # the sequence may have drawn past the highest id in use (a name inserted by two writers at once)
-    op.execute("SELECT setval('metric_names_id_seq', coalesce((SELECT max(id) FROM metric_names), 1), "
-               "(SELECT max(id) FROM metric_names) IS NOT NULL)")
-    _retype("smallint")
+        _retype("smallint")
+    # one record per batch id again: the lowest run's (ids are random per batch: rare)
+    op.execute(
+        "DELETE FROM ingested_batches WHERE EXISTS (SELECT 1 FROM ingested_batches AS o "
+        "WHERE o.batch_id = ingested_batches.batch_id AND o.run_id < ingested_batches.run_id)"
+    )
+    _batch_key("batch_id")
+
+
+def _batch_key(columns: str) -> None:
+    conn = op.get_bind()
+    if conn.dialect.name == "postgresql":
+        op.execute("LOCK TABLE ingested_batches IN ACCESS EXCLUSIVE MODE")
+        op.execute(
+            "ALTER TABLE ingested_batches DROP CONSTRAINT pk_ingested_batches, "
+            f"ADD CONSTRAINT pk_ingested_batches PRIMARY KEY ({columns})"
+        )
+        return
+    # SQLite: a new table, the rows copied, the old one dropped; the write lock is held (packing.lock_for_move)
+    packing.lock_for_move(conn, ("ingested_batches",))
+    op.create_table(
+        "ingested_batches_new",
+        sa.Column("batch_id", sa.String(64), nullable=False),
+        sa.Column("run_id", sa.Integer(), nullable=False),
+        sa.Column("n_points", sa.Integer(), nullable=False),
+        sa.Column("received_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint(*columns.split(", "), name="pk_ingested_batches"),
+        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name="fk_ingested_batches_run_id_runs", ondelete="CASCADE"),
+    )
+    op.execute(
+        "INSERT INTO ingested_batches_new (batch_id, run_id, n_points, received_at) "
+        "SELECT batch_id, run_id, n_points, received_at FROM ingested_batches"
+    )
+    op.drop_table("ingested_batches")
+    op.rename_table("ingested_batches_new", "ingested_batches")
 
 
 def _retype(sql_type: str) -> None:

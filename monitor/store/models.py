@@ -75,6 +75,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    PrimaryKeyConstraint,
     SmallInteger,
     String,
     Text,
@@ -289,7 +290,8 @@ class PointBatchRow(Base):
 
 class IngestedBatchRow(Base):
     __tablename__ = "ingested_batches"
-    batch_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    __table_args__ = (PrimaryKeyConstraint("run_id", "batch_id"),)  # per run since revision 0007
+    batch_id: Mapped[str] = mapped_column(String(64))
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     n_points: Mapped[int] = mapped_column(Integer)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

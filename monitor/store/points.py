@@ -67,7 +67,7 @@ _COPY_POINTS = f"COPY metric_points ({', '.join(_POINT_COLUMNS)}) FROM STDIN (FO
 _CLAIM = {
     dialect: (
         f"INSERT INTO ingested_batches (batch_id, run_id, n_points, received_at) VALUES ({m}, {m}, {m}, {m}) "
-        "ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id"
+        "ON CONFLICT (run_id, batch_id) DO NOTHING RETURNING batch_id"
     )
     for dialect, m in (("postgresql", "%s"), ("sqlite", "?"))
 }
@@ -107,14 +107,20 @@ def dialect_insert(conn: Connection, table: Any) -> Any:
     return sqlite.insert(table)
 
 
-def batch_seen(conn: Connection, batch_id: str) -> int | None:
-    """The point count of an already stored batch, or None."""
-    found = conn.execute(select(IngestedBatchRow.n_points).where(IngestedBatchRow.batch_id == batch_id)).first()
+def batch_seen(conn: Connection, run_id: int, batch_id: str) -> int | None:
+    """The point count of a batch already stored for the run, or None."""
+    found = conn.execute(
+        select(IngestedBatchRow.n_points).where(
+            IngestedBatchRow.run_id == run_id, IngestedBatchRow.batch_id == batch_id
+        )
+    ).first()
     return None if found is None else int(found[0])
 
 
 def claim_batch(conn: Connection, run_id: int, batch_id: str, n_points: int) -> int | None:
     """Record ``batch_id`` as stored by this transaction; None when it is new, else the first send's count.
+
+    Batch ids are scoped per run (revision 0007): the same id sent for another run is a new batch.
 
     One statement for the common case. On PostgreSQL a concurrent send of the same id waits here for
     the first one to commit (then reads as a duplicate) or roll back (then claims it), so a batch id
@@ -125,7 +131,7 @@ def claim_batch(conn: Connection, run_id: int, batch_id: str, n_points: int) -> 
         now = now.replace(tzinfo=None).isoformat(" ", timespec="microseconds")
     if conn.exec_driver_sql(_CLAIM[conn.dialect.name], (batch_id, run_id, n_points, now)).cursor.fetchone():
         return None
-    return batch_seen(conn, batch_id)
+    return batch_seen(conn, run_id, batch_id)
 
 
 def last_per_key(cols: PointColumns) -> PointColumns:

@@ -32,8 +32,9 @@ INGEST_DOC = f"""Store one batch of points (the hooks wire format).
 
 - `run` is a run **name** in the project named by `?project=` (default `default`); the run must
   exist (404 otherwise: create it with `POST /api/v1/runs`).
-- Idempotent: a `batch_id` already stored is not written again (200, `duplicate: true`); a new
-  batch answers 201. A point's key is (run, name, layer, step): sending a key again overwrites its
+- Idempotent: a `batch_id` already stored for the run is not written again (200, `duplicate:
+  true`); a new batch answers 201 (ids are per run: the same id for another run is a new batch).
+  A point's key is (run, name, layer, step): sending a key again overwrites its
   value and tokens (**last write wins**); within a batch the last occurrence wins.
 - Values: JSON numbers, or the strings `"NaN"`, `"Infinity"`, `"-Infinity"`, stored as such. A
   number beyond the double range (`1e400`, or an integer such as `10**400`) is +-Infinity, as
@@ -45,10 +46,8 @@ INGEST_DOC = f"""Store one batch of points (the hooks wire format).
   sink sends); any other Content-Type is a 415.
 - Limits: body size (413, `HYPERWATCH_MAX_BODY_BYTES`), points per batch (422,
   `HYPERWATCH_MAX_POINTS_PER_BATCH`, at most hooks.schema.MAX_POINTS_PER_BATCH), distinct metric
-  names per batch (422, {MAX_NAMES_PER_BATCH}, checked before any database work; a columnar header's names
-  that no point uses are not registered); every invalid field is a 422 naming it.
-- Batch ids are global, not per run: a `batch_id` already stored for any run answers 200
-  `duplicate: true` and stores nothing, so make each id unique (the hooks send random UUIDs).
+  names per batch (422, {MAX_NAMES_PER_BATCH}, checked before any database work; a columnar
+  header's names that no point uses are not registered); every invalid field is a 422 naming it.
 - The service's detectors run on the new points; the reply counts the alert events raised. A run
   at its group's largest size is also checked against the band its smaller runs forecast for it
   (`forecast_band`, see `GET /api/v1/runs/{{run_id}}/forecast`).
