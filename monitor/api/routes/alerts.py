@@ -10,28 +10,17 @@ Resolved notifications and alerts about unknown runs are listed in the reply, no
 from __future__ import annotations
 
 import logging
-import math
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from hyperwatch.monitor.api.alertmanager import store_firing
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
-from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.schemas import AlertOut
-from hyperwatch.monitor.store.entities import NewAlert
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["alerts"])
-
-PROMETHEUS_METRICS: dict[str, str] = {
-    # Prometheus alertname (stored as the rule, so it never collides with a detector's event) -> metric
-    "HyperWatchAttentionZSpike": "attention_z",
-    "HyperWatchRouterZSpike": "router_z",
-    "HyperWatchNaNLoss": "loss",
-    "HyperWatchMaxVioCollapse": "max_vio",
-    "HyperWatchRunStale": "loss",
-}
 
 
 @router.get("/alerts", response_model=list[AlertOut], dependencies=[ReadAuth], summary="Alert events, newest first")
@@ -79,38 +68,7 @@ class WebhookResult(BaseModel):
     summary="Alertmanager webhook: store firing Prometheus alerts as alert events of source 'prometheus'",
 )
 def prometheus_webhook(body: AlertmanagerWebhook, store: StoreDep) -> WebhookResult:
-    stored, ignored = 0, []
-    for a in body.alerts:
-        name = a.labels.get("alertname", "")
-        where = f"{name or 'alert without alertname'}"
-        if a.status != "firing":
-            ignored.append(f"{where}: {a.status}, only firing alerts are stored")
-            continue
-        if "run" not in a.labels:
-            ignored.append(f"{where}: no 'run' label; the rules in prometheus/rules.yml keep project and run")
-            continue
-        try:
-            run = store.find_run(a.labels.get("project", "default"), a.labels["run"])
-        except NotFoundError:
-            ignored.append(f"{where}: no run {a.labels.get('project', 'default')}/{a.labels['run']}")
-            continue
-        rule, metric = name[:64] or "prometheus", PROMETHEUS_METRICS.get(name, "loss")
-        latest = [s for s in store.list_series(run.id) if s.name == metric]
-        step = max((s.step for s in latest), default=run.last_step or 0)
-        value = _worst([s.value for s in latest if s.step == step])
-        message = a.annotations.get("summary") or a.annotations.get("description") or name
-        alert = NewAlert(rule, a.labels.get("severity", "warning")[:16], metric, None, step, value, None,
-                         f"Prometheus {name}: {message}", source="prometheus")  # fmt: skip
-        stored += len(store.add_alerts(run.id, [alert]))
+    stored, ignored = store_firing(store, ((a.status, a.labels, a.annotations) for a in body.alerts))
     if ignored:
         log.info("alertmanager webhook: %d stored, %d ignored (%s)", stored, len(ignored), "; ".join(ignored[:3]))
     return WebhookResult(stored=stored, ignored=ignored)
-
-
-def _worst(values: list[float]) -> float:
-    """The largest value (NaN first): what the rule's ``max over layers`` gauge showed."""
-    if not values:
-        return math.nan
-    if any(math.isnan(v) for v in values):
-        return math.nan
-    return max(values)
