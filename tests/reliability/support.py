@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, text
 from hyperwatch.monitor import children
 from hyperwatch.monitor.children import ServiceProcess, free_port
 from hyperwatch.monitor.store import SqlStore, chunks, migrate
+from hyperwatch.monitor.store.engine import make_engine, managed
 
 __all__ = ["AUTH", "READ_TOKEN", "REPO", "WRITE_TOKEN", "Service", "free_port", "python_env"]
 
@@ -80,16 +81,20 @@ class Stored:
 
 
 def stored(db_url: str, run: str) -> Stored:
-    engine = create_engine(db_url)
+    """Read in one snapshot: one transaction (REPEATABLE READ on PostgreSQL, an explicit BEGIN on
+    SQLite), so a name registered and a point stored by a writer still running are seen together
+    or not at all (two snapshots once saw a point whose name was not there yet: KeyError)."""
+    engine = make_engine(db_url)
     try:
-        with engine.connect() as conn:
+        with managed(engine, f"read what run {run} holds") as conn:
             run_ids = [r[0] for r in conn.execute(text("SELECT id FROM runs WHERE name = :n"), {"n": run})]
             if not run_ids:
                 return Stored(0, 0, 0, 0, set())
             rid = run_ids[0]
-            names = dict(conn.execute(text("SELECT id, name FROM metric_names")).all())
             # hot rows and chunked points alike: a key stored in both would count twice
-            keys = [(str(names[n]), la, s) for _r, n, la, s, _t, _v in chunks.all_points(conn, rid)]
+            points = chunks.all_points(conn, rid)
+            names = dict(conn.execute(text("SELECT id, name FROM metric_names")).all())
+            keys = [(str(names[n]), la, s) for _r, n, la, s, _t, _v in points]
             ingested, batches = conn.execute(
                 text("SELECT COALESCE(SUM(n_points), 0), COUNT(*) FROM ingested_batches WHERE run_id = :r"),
                 {"r": rid},
