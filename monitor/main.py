@@ -16,6 +16,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from hyperwatch import __version__
 from hyperwatch.monitor.api.docs import add_local_docs
@@ -31,6 +32,7 @@ from hyperwatch.monitor.store.engine import DB_ERRORS_HOOK
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
 DEFAULT_RETRY_AFTER_S = 30
+CLIENT_CLOSED_REQUEST = 499  # nginx's code: the client went away before the service could answer
 _FASTAPI_PARSE_ERROR = "There was an error parsing the body"
 BODY_PARSE_MESSAGE = (
     "the request body could not be parsed: it must be UTF-8 JSON nested at most a few hundred levels "
@@ -77,6 +79,13 @@ def create_app(settings: Settings, store: Store | None = None, registry: Collect
             # FastAPI's words for a body json.loads could not take (not UTF-8, nested too deep, ...).
             exc = StarletteHTTPException(400, BODY_PARSE_MESSAGE)
         return await http_exception_handler(request, exc)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_left(request: Request, _exc: ClientDisconnect) -> Response:
+        # Not the service's fault and nothing to fix here: no traceback, and /metrics counts a 4xx.
+        # Nobody reads this reply; the request timing middleware sees its status.
+        log.info("client disconnected before sending the whole request: %s %s", request.method, request.url.path)
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
