@@ -93,7 +93,7 @@ def stored(db_url: str, run: str) -> Stored:
             rid = run_ids[0]
             # hot rows and chunked points alike: a key stored in both would count twice
             points = chunks.all_points(conn, rid)
-            names = dict(conn.execute(text("SELECT id, name FROM metric_names")).all())
+            names: dict[int, str] = dict(conn.execute(text("SELECT id, name FROM metric_names")).tuples().all())
             keys = [(str(names[n]), la, s) for _r, n, la, s, _t, _v in points]
             ingested, batches = conn.execute(
                 text("SELECT COALESCE(SUM(n_points), 0), COUNT(*) FROM ingested_batches WHERE run_id = :r"),
