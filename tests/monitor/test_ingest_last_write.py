@@ -30,7 +30,7 @@ def test_nan_then_a_number_for_one_key_stores_the_number_and_raises_nothing(stor
     ]
     r = client.post("/api/v1/points", json={"batch_id": uuid.uuid4().hex, "run": "r1", "points": points}, headers=AUTH)
     assert r.status_code == 201, r.text
-    assert r.json()["alerts"] == 1
+    assert r.json()["alerts"] == 1 and r.json()["accepted"] == 4  # every point sent counts, as before
     assert _alerts(client, run_id) == [("nonfinite_value", "user.y", 5)]
     x = store.series(run_id, "user.x", None, 1000, None, None).points
     y = store.series(run_id, "user.y", None, 1000, None, None).points

@@ -118,5 +118,5 @@ def _store_batch(store: Store, project: str, batch: ParsedBatch, watches: Foreca
     # one transaction finds the run and stores the batch; the detectors run inside it: points and
     # alerts commit together, so a batch retried after a lost race or a crash is never stored
     # without its alerts (issue 14)
-    result = store.ingest_named(project, batch.run, batch.batch_id, points, detector_for=detector_for)
+    result = store.ingest_named(project, batch.run, batch.batch_id, batch.points, detector_for=detector_for)
     return result.run_id, result
