@@ -51,6 +51,7 @@ def old_register(conn: Connection, names: Sequence[str], cache: dict[str, int]) 
             ins = dialect_insert(conn, MetricNameRow.__table__).values(name=name)
             conn.execute(ins.on_conflict_do_nothing(index_elements=["name"]))
             nid = conn.execute(select(MetricNameRow.id).where(MetricNameRow.name == name)).scalar()
+        assert nid is not None
         out[name] = int(nid)
     return out
 
