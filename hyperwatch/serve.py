@@ -9,10 +9,14 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from hyperwatch.monitor.api.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT_S, HTTP_CHOICES
+
+if TYPE_CHECKING:
+    from hyperwatch.monitor.store import SqlStore
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -61,6 +65,23 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
+def create_schema_if_empty(store: SqlStore) -> str | None:
+    """On a SQLite database with no tables at all (a new file), create the schema; the revision made.
+
+    As MLflow's server does: a new file is not a schema to protect. A database that has any table
+    (an older schema included) is left alone, for the start-up check to refuse with the upgrade
+    command: upgrading data is the operator's decision (``hyperwatch db upgrade``). PostgreSQL
+    databases are created by an administrator, who runs ``db upgrade`` as part of that."""
+    from sqlalchemy import inspect
+
+    from hyperwatch.monitor.store import migrate
+
+    if store.engine.dialect.name != "sqlite" or inspect(store.engine).get_table_names():
+        return None
+    migrate.upgrade(store.engine)  # one write transaction; a second server starting with it finds head
+    return migrate.head_revision()
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -68,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from hyperwatch.monitor.api.connections import guarded_protocol
     from hyperwatch.monitor.core.config import Settings
     from hyperwatch.monitor.core.errors import MonitorError
+    from hyperwatch.monitor.store import SqlStore
 
     if not 0 < args.port < 65536:
         print(f"hyperwatch serve: --port {args.port} is not a port number (1-65535)", file=sys.stderr)
@@ -87,7 +109,11 @@ def run(args: argparse.Namespace) -> int:
         overrides["dev_mode"] = True
     try:
         settings = Settings(**overrides)  # type: ignore[arg-type]
-        app = create_app(settings)
+        store = SqlStore(settings.database_url)
+        created = create_schema_if_empty(store)
+        if created:
+            print(f"hyperwatch serve: a new, empty database: created its schema ({created})", file=sys.stderr)
+        app = create_app(settings, store=store)
     except ValidationError as exc:
         for err in exc.errors():
             print(f"hyperwatch serve: {err['msg'].removeprefix('Value error, ')}", file=sys.stderr)

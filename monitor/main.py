@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
@@ -19,11 +19,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from hyperwatch import __version__
+from hyperwatch.monitor.api.deps import ids_in_range
 from hyperwatch.monitor.api.docs import add_local_docs
 from hyperwatch.monitor.api.middleware import BodySizeLimit, RequestTiming
 from hyperwatch.monitor.api.routes import API_ROUTERS, health
+from hyperwatch.monitor.api.routes.health import FullDisk
 from hyperwatch.monitor.core.config import Settings
-from hyperwatch.monitor.core.errors import MonitorError
+from hyperwatch.monitor.core.errors import MonitorError, StoreFullError
 from hyperwatch.monitor.forecast_alerts import ForecastWatches
 from hyperwatch.monitor.prometheus import DATABASE_ERRORS, build_registry
 from hyperwatch.monitor.store import SqlStore, Store
@@ -56,11 +58,13 @@ def create_app(settings: Settings, store: Store | None = None, registry: Collect
         description="Training-stability monitoring: ingest metric points, query series, alerts, Prometheus.",
         docs_url=None,  # served below from local assets: the CDN defaults are a blank page offline
         redoc_url=None,
+        dependencies=[Depends(ids_in_range)],  # an id beyond the integer range: 404, before the route runs
     )
     add_local_docs(app)
     app.state.settings = settings
     app.state.store = store
     app.state.registry = build_registry(store, registry)
+    app.state.full_disk = FullDisk()  # a write that found the disk full: /readyz not ready
     app.state.forecast_watches = ForecastWatches()  # the forecast alert's bands, per run (points route)
     for router in API_ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
@@ -69,6 +73,8 @@ def create_app(settings: Settings, store: Store | None = None, registry: Collect
     @app.exception_handler(MonitorError)
     async def _domain_error(_request: Request, exc: MonitorError) -> JSONResponse:
         headers = None
+        if isinstance(exc, StoreFullError):
+            app.state.full_disk.mark(str(exc))
         if exc.status_code == 503:  # the database: the client should come back, and says when
             headers = {"Retry-After": str(getattr(exc, "retry_after", DEFAULT_RETRY_AFTER_S))}
         return JSONResponse({"detail": str(exc)}, status_code=exc.status_code, headers=headers)

@@ -15,6 +15,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from hyperwatch.monitor.core.config import Settings
+from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.store.base import Store
 
 _bearer = HTTPBearer(auto_error=False, description="HYPERWATCH_WRITE_TOKEN (or HYPERWATCH_READ_TOKEN for reads)")
@@ -68,6 +69,23 @@ async def require_read(settings: SettingsDep, creds: Credentials) -> None:
     tokens = [settings.read_token] + ([settings.write_token] if settings.write_token else [])
     if not any(_matches(creds.credentials, t) for t in tokens):
         raise HTTPException(403, "bearer token is neither the read nor the write token; check the client's token")
+
+
+MAX_ROW_ID = 2**31 - 1  # ids are SQL integers (PostgreSQL int4): none is larger
+
+
+async def ids_in_range(request: Request) -> None:
+    """An id in the path beyond the integer range names no row: 404, as any unknown id does.
+
+    Left to the database, it was a 422 (SQLite cannot bind it, PostgreSQL refuses it for an
+    integer column) that blamed the request's value. Runs for every route, before its own
+    parameters are read; a value that is not an integer is left to the route's validation (422)."""
+    for name, value in request.path_params.items():
+        if (name == "id" or name.endswith("_id")) and isinstance(value, str) and value.lstrip("+-").isdigit():
+            number = int(value)
+            if not -MAX_ROW_ID <= number <= MAX_ROW_ID:
+                what = name.removesuffix("_id").replace("_", " ") or "row"
+                raise NotFoundError(f"no {what} with id {value}: ids are at most {MAX_ROW_ID}")
 
 
 WriteAuth = Depends(require_write)

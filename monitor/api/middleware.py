@@ -78,8 +78,12 @@ class BodySizeLimit:
                 await _reply_413(send, self.limit)
 
 
+_WRITES = frozenset({"POST", "PATCH", "PUT", "DELETE"})
+
+
 class RequestTiming:
-    """Observes hyperwatch_http_request_duration_seconds{method, route, status} per request."""
+    """Observes hyperwatch_http_request_duration_seconds{method, route, status} per request; a write
+    answered 2xx clears the app's full-disk mark (``app.state.full_disk``, see routes/health.py)."""
 
     def __init__(self, app: ASGIApp, prefixes: tuple[str, ...] = ()) -> None:
         self.app = app
@@ -100,6 +104,10 @@ class RequestTiming:
         try:
             await self.app(scope, receive, tracking_send)
         finally:
+            if scope["method"] in _WRITES and 200 <= status["code"] < 300:
+                full = getattr(getattr(scope.get("app"), "state", None), "full_disk", None)
+                if full is not None:
+                    full.clear()  # a write went through: the disk takes writes again (/readyz)
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"  # template, never the raw path
             for prefix in self.prefixes:  # routes of an included router may carry their path sans prefix

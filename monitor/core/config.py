@@ -16,6 +16,9 @@ from hyperwatch.hooks.schema import MAX_POINTS_PER_BATCH
 
 PLACEHOLDER_SECRETS = frozenset({"", "changethis", "changeme", "change-me", "secret", "password", "token", "dev"})
 MIN_TOKEN_LENGTH = 16
+# A random 16-character hex token (the shortest allowed, from the smallest usual alphabet) has
+# fewer than 5 distinct characters with odds of 4 in 10 million; "aaaaaaaaaaaaaaaa" has 1.
+MIN_DISTINCT_CHARACTERS = 5
 DEFAULT_DATABASE_URL = "sqlite:///./hyperwatch.db"
 
 
@@ -82,12 +85,25 @@ class Settings(BaseSettings):
             "python -c 'import secrets; print(secrets.token_urlsafe(32))', or run with --dev "
             "(HYPERWATCH_DEV_MODE=1) for local use"
         )
-        if self.write_token is None or _is_placeholder(self.write_token):
-            raise ValueError(f"HYPERWATCH_WRITE_TOKEN is missing or a placeholder; {hint}")
-        if self.read_token is not None and _is_placeholder(self.read_token):
-            raise ValueError(f"HYPERWATCH_READ_TOKEN is a placeholder; {hint}, or leave it unset for open reads")
+        if self.write_token is None:
+            raise ValueError(f"HYPERWATCH_WRITE_TOKEN is missing; {hint}")
+        weak = token_weakness(self.write_token)
+        if weak:
+            raise ValueError(f"HYPERWATCH_WRITE_TOKEN {weak}; {hint}")
+        weak = token_weakness(self.read_token) if self.read_token is not None else ""
+        if weak:
+            raise ValueError(f"HYPERWATCH_READ_TOKEN {weak}; {hint}, or leave it unset for open reads")
         return self
 
 
-def _is_placeholder(token: str) -> bool:
-    return token.strip().lower() in PLACEHOLDER_SECRETS or len(token) < MIN_TOKEN_LENGTH
+def token_weakness(token: str) -> str:
+    """Why ``token`` is too weak to guard the service ("" when it is not): what the message says."""
+    if token.strip().lower() in PLACEHOLDER_SECRETS:
+        return "is a placeholder"
+    if any(c.isspace() for c in token):
+        return "contains whitespace (a copy-paste slip, or padding to the length)"
+    if len(token) < MIN_TOKEN_LENGTH:
+        return f"is {len(token)} characters long, shorter than {MIN_TOKEN_LENGTH}"
+    if len(set(token)) < MIN_DISTINCT_CHARACTERS:
+        return f"has only {len(set(token))} distinct characters (at least {MIN_DISTINCT_CHARACTERS} needed)"
+    return ""

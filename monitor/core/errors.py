@@ -41,6 +41,13 @@ class StoreBusyError(StoreUnavailableError):
     """A write lost a lock race (SQLite busy, PostgreSQL deadlock) even after waiting; retried, then 503."""
 
 
+class StoreFullError(StoreUnavailableError):
+    """The database's disk (or its size limit) is full: the transaction was rolled back, nothing of
+    the request was stored. 503, and ``/readyz`` answers not ready for a while after one."""
+
+    retry_after = 60
+
+
 class SchemaOutOfDateError(MonitorError):
     """The database schema is not the revision this code needs; run ``hyperwatch db upgrade``."""
 

@@ -26,13 +26,21 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
-from hyperwatch.monitor.core.errors import InvalidInputError, MonitorError, StoreBusyError, StoreUnavailableError
+from hyperwatch.monitor.core.errors import (
+    InvalidInputError,
+    MonitorError,
+    StoreBusyError,
+    StoreFullError,
+    StoreUnavailableError,
+)
 from hyperwatch.monitor.store.bulk import register_pg_types
 
 log = logging.getLogger(__name__)
 BUSY_TIMEOUT_MS = 30_000
 BUSY_ATTEMPTS = 3
 _BUSY_MARKERS = ("database is locked", "database is busy", "deadlock detected", "could not serialize access")
+# SQLite's SQLITE_FULL; PostgreSQL's disk_full (53100) and the OS's ENOSPC in its message.
+_FULL_MARKERS = ("database or disk is full", "no space left on device", "disk full")
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -120,6 +128,14 @@ def managed(engine: Engine, operation: str, write: bool = False) -> Iterator[Con
         for hook in DB_ERRORS_HOOK:
             hook(exc)
         detail = _first_line(exc)
+        sqlstate = getattr(getattr(exc, "orig", None), "sqlstate", None)
+        if sqlstate == "53100" or any(m in detail.lower() for m in _FULL_MARKERS):
+            log.error("database full during %s: %s", operation, detail)
+            raise StoreFullError(
+                f"the database's disk is full while trying to {operation} ({detail}); nothing of this "
+                "request was stored: free disk space on the database's volume (or raise its size limit), "
+                "then send it again"
+            ) from exc
         if any(marker in detail.lower() for marker in _BUSY_MARKERS):
             log.info("database busy during %s: %s", operation, detail)
             raise StoreBusyError(

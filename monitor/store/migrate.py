@@ -38,6 +38,11 @@ def heads() -> list[str]:
     return list(ScriptDirectory.from_config(alembic_config()).get_heads())
 
 
+def known_revisions() -> set[str]:
+    """Every revision id in migrations/."""
+    return {rev.revision for rev in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+
+
 def head_revision() -> str:
     found = heads()
     if len(found) != 1:
@@ -81,6 +86,13 @@ def check_schema(engine: Engine) -> None:
     head = head_revision()
     if current != head:
         url = engine.url.render_as_string(hide_password=True)
+        if current is not None and current not in known_revisions():
+            # Not one of ours: a newer hyperwatch upgraded it. "db upgrade" here would fail; say what is true.
+            raise SchemaOutOfDateError(
+                f"database {url} is at schema revision {current}, newer than this version of hyperwatch "
+                f"knows (its newest is {head}): a newer hyperwatch has upgraded it. Run that newer version, "
+                f"or with it run 'hyperwatch db downgrade {head} --db ...' before using this one"
+            )
         raise SchemaOutOfDateError(
             f"database {url} is at schema revision {current or 'none (empty database)'} but this "
             f"version of hyperwatch needs {head}; run: hyperwatch db upgrade --db '{url}'"

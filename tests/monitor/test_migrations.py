@@ -115,7 +115,7 @@ def _is_alembic_table(diff: object) -> bool:
 
 def test_service_refuses_out_of_date_schema(sqlite_url: str) -> None:
     store = SqlStore(sqlite_url)
-    settings = Settings(database_url=sqlite_url, write_token="w" * 20)
+    settings = Settings(database_url=sqlite_url, write_token="test-write-token-0123456789")
     with pytest.raises(SchemaOutOfDateError, match="hyperwatch db upgrade"):
         create_app(settings, store=store, registry=CollectorRegistry())
     # With the check off at start-up, /readyz still reports it.
@@ -157,6 +157,9 @@ def test_serve_refuses_placeholder_token_and_old_schema(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "HYPERWATCH_WRITE_TOKEN" in r.stderr
     env["HYPERWATCH_WRITE_TOKEN"] = "a-real-secret-of-some-length"
+    old = SqlStore(url)  # an older schema (a new, empty file is created instead: test_serve_schema.py)
+    migrate.upgrade(old.engine, "0001_initial")
+    old.close()
     r = subprocess.run(
         [sys.executable, "-m", "hyperwatch", "serve", "--db", url],
         cwd=tmp_path,

@@ -1,0 +1,123 @@
+"""Issue 25, item 4: answers that were untrue or blamed the wrong side.
+
+Ids beyond the integer range are unknown ids (404, not a 422 on the request's value); a database
+at a newer schema is told that the service is older (not to run ``db upgrade``); a full disk is a
+503 saying so, with ``/readyz`` not ready; weak write tokens are refused outside dev mode.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry
+from pydantic import ValidationError
+from sqlalchemy import event, text
+
+from hyperwatch.monitor.core.config import Settings
+from hyperwatch.monitor.core.errors import SchemaOutOfDateError
+from hyperwatch.monitor.main import create_app
+from hyperwatch.monitor.store import SqlStore, migrate
+from tests.monitor.conftest import AUTH, WRITE_TOKEN, create_run, make_client, post_points
+
+BEYOND = [2**31, 2**63, 10**30, -(2**31) - 1]
+
+
+@pytest.mark.parametrize("value", BEYOND)
+def test_ids_beyond_the_integer_range_are_unknown(client: TestClient, value: int) -> None:
+    for path in (f"/api/v1/runs/{value}", f"/api/v1/runs/{value}/series", f"/api/v1/groups/{value}"):
+        r = client.get(path)
+        assert r.status_code == 404, (path, r.status_code, r.text)
+        assert str(value) in r.json()["detail"]
+    r = client.patch(f"/api/v1/runs/{value}", json={"status": "finished"}, headers=AUTH)
+    assert r.status_code == 404, r.text
+    assert client.get("/api/v1/runs/2147483647").status_code == 404  # the largest id: an ordinary miss
+    assert client.get("/api/v1/runs/x").status_code == 422  # not a number: the route's own validation
+
+
+def test_a_newer_schema_is_told_the_service_is_older(store: SqlStore) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
+    settings = Settings(database_url=store.engine.url.render_as_string(hide_password=False), write_token=WRITE_TOKEN)
+    with pytest.raises(SchemaOutOfDateError, match="newer than this version of hyperwatch") as info:
+        create_app(settings, store=store, registry=CollectorRegistry())
+    assert "9999_from_the_future" in str(info.value) and "db downgrade" in str(info.value)
+    assert "db upgrade" not in str(info.value)
+    client = make_client(store, check_schema=False)
+    r = client.get("/readyz")
+    assert r.status_code == 503 and "newer" in r.json()["detail"]
+
+
+def test_an_older_schema_is_still_told_to_upgrade(sqlite_url: str) -> None:
+    store = SqlStore(sqlite_url)
+    migrate.upgrade(store.engine, "0001_initial")
+    try:
+        with pytest.raises(SchemaOutOfDateError, match="hyperwatch db upgrade"):
+            create_app(Settings(database_url=sqlite_url, write_token=WRITE_TOKEN), store=store)
+    finally:
+        store.close()
+
+
+def _limit_size(dbapi_conn: sqlite3.Connection, _record: object) -> None:
+    # SQLite's own size limit: a write that needs one more page fails with SQLITE_FULL, as on a full disk.
+    pages = dbapi_conn.execute("PRAGMA page_count").fetchone()[0]
+    dbapi_conn.execute(f"PRAGMA max_page_count = {pages}")
+
+
+def test_a_full_disk_is_a_503_saying_so_and_readyz_is_not_ready(sqlite_store: SqlStore) -> None:
+    client = make_client(sqlite_store)
+    create_run(client, "r")
+    post_points(client, "r", [{"name": "loss", "layer": None, "step": 0, "value": 1.0}])
+    assert client.get("/readyz").status_code == 200
+    event.listen(sqlite_store.engine, "connect", _limit_size)
+    sqlite_store.engine.dispose()
+    try:
+        points = [{"name": f"user.n{i}", "layer": None, "step": s, "value": 1.0} for i in range(50) for s in range(40)]
+        r = client.post(
+            "/api/v1/points", json={"batch_id": "disk-full-batch", "run": "r", "points": points}, headers=AUTH
+        )
+        assert r.status_code == 503, r.text
+        detail = r.json()["detail"]
+        assert "disk is full" in detail and "nothing of this request was stored" in detail
+        assert "schema is current" not in detail
+        assert int(r.headers["Retry-After"]) > 0
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and "disk is full" in ready.json()["detail"]
+    finally:
+        event.remove(sqlite_store.engine, "connect", _limit_size)
+        sqlite_store.engine.dispose()
+    with sqlite_store.engine.connect() as conn:
+        assert (
+            conn.execute(text("SELECT COUNT(*) FROM ingested_batches WHERE batch_id = 'disk-full-batch'")).scalar() == 0
+        )
+    # Space again: the same batch goes through, and the service is ready again.
+    r = client.post("/api/v1/points", json={"batch_id": "disk-full-batch", "run": "r", "points": points}, headers=AUTH)
+    assert r.status_code in (200, 201), r.text
+    assert client.get("/readyz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("token", "why"),
+    [
+        ("aaaaaaaaaaaaaaaa", "distinct characters"),
+        ("abababababababababab", "distinct characters"),
+        (" " * 20 + "x", "whitespace"),
+        ("a-real-secret-with a-space", "whitespace"),
+        ("s3cr3t-t0k3n", "shorter than 16"),
+        ("changethis", "placeholder"),
+    ],
+)
+def test_weak_write_tokens_are_refused_outside_dev_mode(token: str, why: str) -> None:
+    with pytest.raises(ValidationError, match=f"HYPERWATCH_WRITE_TOKEN .*{why}.*secrets.token_urlsafe"):
+        Settings(write_token=token)
+    with pytest.raises(ValidationError, match=f"HYPERWATCH_READ_TOKEN .*{why}"):
+        Settings(write_token=WRITE_TOKEN, read_token=token)
+    assert Settings(write_token=token, dev_mode=True).dev_mode  # dev mode: local use, any token
+
+
+def test_random_tokens_pass() -> None:
+    import secrets
+
+    for _ in range(200):
+        assert Settings(write_token=secrets.token_urlsafe(32), read_token=secrets.token_hex(8)).write_token
