@@ -66,7 +66,8 @@ INGEST_DOC = f"""Store one batch of points (the hooks wire format).
         404: {"description": "unknown run"},
         413: {"description": "body too large"},
         415: {"description": "a Content-Type other than JSON or the columns body"},
-        422: {"description": "invalid field (named in the message) or too many points"},
+        422: {"description": "invalid field (named in the message), too many points or too many names"},
+        507: {"description": "every metric-name id is in use: a new name cannot be stored (the request is valid)"},
     },
     openapi_extra=REQUEST_BODY,
 )
