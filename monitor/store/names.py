@@ -10,7 +10,8 @@ Issue 25: a refused request used to exhaust the id sequence for everyone, and ea
   missing are inserted by **one** ``INSERT .. SELECT`` that skips the names already there, so on
   PostgreSQL no sequence value is drawn for an existing name (``ON CONFLICT DO NOTHING`` alone draws
   one per row, conflict or not: 4 names used to leave ``last_value`` at 5). Only two writers
-  inserting the same new name at the same moment can still skip one id.
+  inserting the same new name at the same moment can still skip one id, and, as with any
+  sequence, a transaction that rolls back after inserting a new name does not give its id back.
 - ``metric_names.id`` is INTEGER (revision 0007): 2,147,483,647 names. Should a database ever use
   them all, the answer says so (:class:`NameIdsExhaustedError`, 507) instead of blaming the request.
 """
