@@ -94,7 +94,8 @@ def _from_server(args: argparse.Namespace) -> dict[str, Any]:
     path = f"/api/v1/groups/{found[0]['id']}/forecast?" + urllib.parse.urlencode(_query(args), doseq=True)
     resp = request("GET", api(base, path), None, token, timeout=60)
     if resp.status != 200:
-        detail = resp.body.get("detail") if isinstance(resp.body, dict) else resp.error
+        body_ = resp.body if isinstance(resp.body, dict) else {}
+        detail = body_.get("message") or body_.get("detail") or resp.error  # a 422 has both: the words in message
         raise _Failed(f"{base}: {detail or resp.status}")
     body: dict[str, Any] = resp.body
     return body

@@ -71,12 +71,17 @@ def create_app(settings: Settings, store: Store | None = None, registry: Collect
     app.include_router(health.router)
 
     @app.exception_handler(MonitorError)
-    async def _domain_error(_request: Request, exc: MonitorError) -> JSONResponse:
+    async def _domain_error(request: Request, exc: MonitorError) -> JSONResponse:
         headers = None
         if isinstance(exc, StoreFullError):
             app.state.full_disk.mark(str(exc))
         if exc.status_code == 503:  # the database: the client should come back, and says when
             headers = {"Retry-After": str(getattr(exc, "retry_after", DEFAULT_RETRY_AFTER_S))}
+        if exc.status_code == 422:
+            # The schema's 422 (HTTPValidationError): ``detail`` is a list of errors; ``message`` the words.
+            where = "query" if request.method in ("GET", "HEAD") else "body"
+            error = {"loc": [where], "msg": str(exc), "type": "invalid_input"}
+            return JSONResponse({"detail": [error], "message": str(exc)}, status_code=422)
         return JSONResponse({"detail": str(exc)}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)

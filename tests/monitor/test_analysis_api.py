@@ -91,7 +91,7 @@ def test_analysis_errors(sqlite_client: TestClient) -> None:
     c = sqlite_client
     gid = seed_sweep(c)
     r = c.get(f"/api/v1/groups/{gid}/analysis", params={"baseline": "adamw"})
-    assert r.status_code == 422 and "baseline: 'adamw'" in r.json()["detail"] and "hyperp" in r.json()["detail"]
+    assert r.status_code == 422 and "baseline: 'adamw'" in r.json()["message"] and "hyperp" in r.json()["message"]
     assert c.get("/api/v1/groups/999/analysis").status_code == 404
     empty = c.post("/api/v1/groups", json={"name": "empty"}, headers=AUTH).json()["id"]
     assert c.get(f"/api/v1/groups/{empty}/analysis").json()["analysis"] is None

@@ -91,7 +91,7 @@ def test_limits_413_and_422(store: SqlStore) -> None:
     pts = [{"name": "loss", "step": s, "value": 1.0} for s in range(11)]
     r = client.post("/api/v1/points", json={"batch_id": "batch-0005", "run": "r1", "points": pts}, headers=AUTH)
     assert r.status_code == 422
-    assert "limit is 10" in r.json()["detail"]
+    assert "limit is 10" in r.json()["message"]
     big = {"batch_id": "batch-0006", "run": "r1", "points": [{"name": "loss", "step": 1, "value": 1.0}] * 200}
     r = client.post("/api/v1/points", json=big, headers=AUTH)
     assert r.status_code == 413

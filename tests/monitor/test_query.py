@@ -125,7 +125,7 @@ def test_compare_says_which_run_lacks_a_field(client: TestClient) -> None:
     post_points(client, "bare", [{"name": "loss", "step": 1, "value": 3.0}])
     r = client.get("/api/v1/compare", params={"name": "loss", "x": "flops", "run_id": str(run["id"])})
     assert r.status_code == 422
-    assert "bare" in r.json()["detail"] and "PATCH" in r.json()["detail"]
+    assert "bare" in r.json()["message"] and "PATCH" in r.json()["message"]
     assert client.get("/api/v1/compare", params={"name": "loss"}).status_code == 422
 
 

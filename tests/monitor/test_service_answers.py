@@ -121,3 +121,25 @@ def test_random_tokens_pass() -> None:
 
     for _ in range(200):
         assert Settings(write_token=secrets.token_urlsafe(32), read_token=secrets.token_hex(8)).write_token
+
+
+def test_a_422_from_the_service_has_the_schemas_detail_list(client: TestClient) -> None:
+    """The OpenAPI schema declares every 422 as HTTPValidationError: ``detail`` a list of errors.
+    The service's own 422s (a value the data does not allow) keep that shape; the words are also in
+    ``message``, as for the validation 422s."""
+    run = create_run(client, "bare")
+    post_points(client, "bare", [{"name": "loss", "layer": None, "step": 1, "value": 3.0}])
+    r = client.get("/api/v1/compare", params={"name": "loss", "x": "flops", "run_id": str(run["id"])})
+    assert r.status_code == 422
+    body = r.json()
+    assert isinstance(body["detail"], list) and len(body["detail"]) == 1
+    (error,) = body["detail"]
+    assert error["loc"] == ["query"] and error["type"] == "invalid_input"
+    assert "bare" in error["msg"] and error["msg"] == body["message"]
+    schema = client.get("/openapi.json").json()
+    declared = schema["components"]["schemas"]["HTTPValidationError"]["properties"]["detail"]
+    assert declared["type"] == "array"
+    points = [{"name": "loss", "layer": None, "step": s, "value": 1.0} for s in range(11)]
+    limited = make_client(client.app.state.store, max_points_per_batch=10)  # type: ignore[attr-defined]
+    r = limited.post("/api/v1/points", json={"batch_id": "batch-0422", "run": "bare", "points": points}, headers=AUTH)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body"], r.text
