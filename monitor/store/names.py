@@ -4,12 +4,12 @@ Issue 25: a refused request used to exhaust the id sequence for everyone, and ea
 ``count(*)`` over the table. Now:
 
 - Only the names some point of the batch uses are registered (a columnar header may list more).
-- The per-request cap (:data:`MAX_NAMES_PER_BATCH` distinct names used) is checked by the caller
-  before any database work (:func:`check_name_count`), so a refused batch allocates nothing.
+- The per-request cap (:data:`MAX_NAMES_PER_BATCH` distinct names in the batch) is checked by the
+  caller before any database work (:func:`check_name_count`), so a refused batch allocates nothing.
 - Known names come from a per-process cache, then one ``SELECT`` for the rest; the names still
   missing are inserted by **one** ``INSERT .. SELECT`` that skips the names already there, so on
-  PostgreSQL no sequence value is drawn for an existing name (``ON CONFLICT DO NOTHING`` alone draws
-  one per row, conflict or not: 4 names used to leave ``last_value`` at 5). Only two writers
+  PostgreSQL no sequence value is drawn for an existing name (an ``INSERT .. ON CONFLICT DO
+  NOTHING`` draws the default id of each row before it meets the conflict). Only two writers
   inserting the same new name at the same moment can still skip one id, and, as with any
   sequence, a transaction that rolls back after inserting a new name does not give its id back.
 - ``metric_names.id`` is INTEGER (revision 0007): 2,147,483,647 names. Should a database ever use
@@ -63,7 +63,7 @@ def check_name_count(count: int) -> None:
     """Refuse a batch using more than :data:`MAX_NAMES_PER_BATCH` distinct names, before any work."""
     if count > MAX_NAMES_PER_BATCH:
         raise InvalidInputError(
-            f"points: the batch uses {count} distinct metric names; the limit is {MAX_NAMES_PER_BATCH} "
+            f"points: the batch has {count} distinct metric names; the limit is {MAX_NAMES_PER_BATCH} "
             "per batch: split it into batches with fewer names each"
         )
 

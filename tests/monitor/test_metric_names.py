@@ -59,7 +59,7 @@ def test_refused_batch_allocates_no_id_and_a_new_name_still_goes_in_postgresql(p
     r = _post(client, ["user.fresh", "loss"], step=2)
     assert r.status_code == 201, r.text  # type: ignore[attr-defined]
     assert _names(pg_store) == [(1, "grad_norm"), (2, "loss"), (3, "user.fresh")]
-    # known names draw no id (ON CONFLICT DO NOTHING alone drew one per row: 4 names, last_value 5)
+    # known names draw no id: 4 names in use, last_value 4 (the issue saw 5)
     r = _post(client, ["loss", "grad_norm", "user.fresh", "lr"], step=3)
     assert r.status_code == 201, r.text  # type: ignore[attr-defined]
     with pg_store.engine.connect() as conn:
