@@ -50,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"hyperwatch train: {exc}", file=sys.stderr)
         return 2
     result = trainer.fit()
-    if trainer.is_main:
+    is_main = trainer.is_main
+    trainer.close()  # every rank leaves the process group cleanly (torchrun: DDP or FSDP)
+    if is_main:
         summary = {
             "run": result.run,
             "steps": result.steps,

@@ -20,15 +20,61 @@ router's fp32 logits need the fp32 weights).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import gc
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from hyperwatch.trainer.optim.batched import is_sharded
 
 PARALLEL = ("ddp", "fsdp")
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device_type: str) -> Dist:
+    """Join the torchrun process group when WORLD_SIZE > 1 (NCCL on CUDA, gloo on CPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Dist()
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+    return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def leave_process_group(release: Callable[[], object]) -> None:
+    """End this rank's part in the process group: barrier, ``release()``, then destroy the group.
+
+    ``release`` drops every reference to the model and optimizers. FSDP2 keeps the group itself
+    (each param group's mesh info holds the ProcessGroup object, and the DTensors hold the mesh):
+    ``destroy_process_group`` with those alive only unregisters it, and gloo's group, its worker
+    threads and its TCP pairs were then torn down by the interpreter's shutdown, in whatever order it
+    frees objects; now and then a rank died there with SIGABRT ("terminate called without an active
+    exception") after its work was done. Released first (and their reference cycles collected), the
+    group is freed inside ``destroy_process_group``, while every rank is still in step after the
+    barrier. Call it on every rank, once.
+    """
+    if not dist.is_initialized():
+        release()
+        return
+    dist.barrier()
+    release()
+    gc.collect()
+    dist.destroy_process_group()
 
 
 def shard_model(model: nn.Module) -> nn.Module:

@@ -34,7 +34,14 @@ from hyperwatch.trainer.model import Transformer
 from hyperwatch.trainer.optim import build_optimizers
 from hyperwatch.trainer.optim.batched import is_sharded
 from hyperwatch.trainer.optim.schedule import linear_decay
-from hyperwatch.trainer.parallel import full_state, load_model_state, reshard_optimizer_state, shard_model
+from hyperwatch.trainer.parallel import (
+    full_state,
+    init_distributed,
+    leave_process_group,
+    load_model_state,
+    reshard_optimizer_state,
+    shard_model,
+)
 from hyperwatch.trainer.runinfo import environment, run_name
 from hyperwatch.trainer.sizes import ModelSize, model_size
 
@@ -58,27 +65,6 @@ class TrainResult:
     @property
     def final_val_loss(self) -> float:
         return self.val_losses[-1][1] if self.val_losses else math.nan
-
-
-@dataclass
-class Dist:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def enabled(self) -> bool:
-        return self.world_size > 1
-
-
-def init_distributed(device_type: str) -> Dist:
-    """Join the torchrun process group when WORLD_SIZE > 1 (NCCL on CUDA, gloo on CPU)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return Dist()
-    if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
-    return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
 def resolve_device(spec: str, local_rank: int) -> torch.device:
@@ -429,6 +415,14 @@ class Trainer:
         if self.is_main:
             self._write_summary(status)
         return self.result
+
+    def close(self) -> None:
+        """Leave the process group cleanly (nothing to do in one process); the trainer is spent after it.
+
+        Every rank must call it: the model, its DDP wrapper and the optimizers are released first,
+        so nothing holds the group when it is destroyed (:func:`parallel.leave_process_group`)."""
+        if self.dist.enabled:
+            leave_process_group(lambda: [self.__dict__.pop(k, None) for k in ("model", "ddp", "optim", "loader")])
 
     def _log_compile_warmup(self, loss: torch.Tensor, t_start: float) -> None:
         """The first compiled step includes graph capture and code generation: time and log it."""

@@ -81,6 +81,17 @@ def main(out_path: str, cache: str, run_dir: str, parallel: str, max_steps: str,
     )  # fmt: skip
     trainer = train_mod.Trainer(cfg)
     result = trainer.fit()
+    report = _report(trainer, result, world)
+    if trainer.dist.rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(report, f)
+    # No retry around this in test_fsdp.py: the run must end cleanly on every rank (barrier, model
+    # and optimizers released, process group destroyed), as ``hyperwatch train`` ends.
+    trainer.close()
+
+
+def _report(trainer: train_mod.Trainer, result: train_mod.TrainResult, world: int) -> dict[str, Any]:
+    """What the test compares; its modules and tensors are this function's locals, gone on return."""
     sharded = is_sharded(next(trainer.model.parameters()))
     params = {k: v.double().sum().item() for k, v in full_state(trainer.model.state_dict()).items()}
     # One more forward on a fixed global batch: the global aux loss and MaxVio of layer 0.
@@ -94,7 +105,7 @@ def main(out_path: str, cache: str, run_dir: str, parallel: str, max_steps: str,
     counts = moe.counts.clone()  # type: ignore[union-attr]
     if world > 1:
         dist.all_reduce(counts)
-    report = {
+    return {
         "world": world,
         "losses": result.losses,
         "resumed_from": result.resumed_from,
@@ -104,12 +115,6 @@ def main(out_path: str, cache: str, run_dir: str, parallel: str, max_steps: str,
         "params": params,
         "sharded": sharded,
     }
-    if trainer.dist.rank == 0:
-        with open(out_path, "w") as f:
-            json.dump(report, f)
-    if world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
