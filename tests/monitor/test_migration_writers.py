@@ -6,7 +6,9 @@ stores one batch the way the service at that revision does (a pending ``point_ba
 chunk row, a point row) and commits it, or is kept out. Afterwards every batch that committed,
 i.e. that a service would have answered 201 for, must be in the database.
 
-Before issue 25 the 0006 downgrade on PostgreSQL let the batch commit and then dropped it.
+Before issue 25 the 0006 downgrade on PostgreSQL let the batch commit and then dropped it. A
+writer already inside when a migration starts is the other case: the migration must wait for its
+commit and move its rows too.
 """
 
 from __future__ import annotations
@@ -242,3 +244,57 @@ def test_every_data_moving_migration_locks_before_its_first_read(sqlite_url: str
     reads = [i for i, s in enumerate(seen) if s.startswith(("SELECT run_id, name_id", "SELECT step, tokens"))]
     locks = [i for i, s in enumerate(seen) if s == lock]
     assert reads and locks and locks[0] < reads[0], seen
+
+
+def test_0006_downgrade_waits_for_a_writer_inside_and_moves_its_batch(db_url: str) -> None:
+    """A batch being written when the downgrade starts: the migration waits for it to commit and
+    then moves it too (before issue 25 the copy ran past its uncommitted row and the drop waited
+    for the commit, then dropped it: answered 201, gone)."""
+    store = SqlStore(db_url)
+    try:
+        pg = store.engine.dialect.name == "postgresql"
+        migrate.upgrade(store.engine, "0006_pending_batches")
+        _seed(store.engine, pending=pg, rows=[32, 33], chunk0=True)
+        before = _stored_steps(store.engine)
+        if pg:
+            writer: Any = psycopg.connect(db_url.replace("+psycopg", ""))
+        else:
+            writer = sqlite3.connect(db_url.removeprefix("sqlite:///"), isolation_level=None)
+            writer.execute("BEGIN IMMEDIATE")
+        (_pending_batch if pg else _chunk_batch)(writer)  # written, not committed yet
+        failed: list[BaseException] = []
+
+        def downgrade() -> None:
+            try:
+                migrate.downgrade(store.engine, "0005_metric_chunks")
+            except BaseException as exc:  # reported below
+                failed.append(exc)
+
+        mover = threading.Thread(target=downgrade, daemon=True)
+        mover.start()
+        deadline = time.monotonic() + 30
+        while pg and time.monotonic() < deadline and not _someone_waits_on_a_lock(db_url):
+            time.sleep(0.05)  # the migration is queued behind the writer's lock
+        mover.join(0.5)
+        assert mover.is_alive(), "the migration finished while a writer was inside the tables it moves"
+        if pg:
+            writer.commit()
+        else:
+            writer.execute("COMMIT")
+        writer.close()
+        mover.join(60)
+        assert not mover.is_alive() and not failed, failed
+        assert migrate.current_revision(store.engine) == "0005_metric_chunks"
+        batch = {41} if pg else set(range(16, 32))
+        stored = _stored_steps(store.engine)
+        assert before | batch <= stored, f"lost: {sorted((before | batch) - stored)}"
+    finally:
+        store.close()
+
+
+def _someone_waits_on_a_lock(url: str) -> bool:
+    with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as c:
+        row = c.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()
+    return row is not None and row[0] > 0
