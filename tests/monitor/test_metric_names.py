@@ -16,6 +16,7 @@ from sqlalchemy import inspect, text
 
 from hyperwatch.hooks.columns import COLUMNS_MEDIA_TYPE, PointColumns, encode_body
 from hyperwatch.hooks.schema import Point
+from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.store import SqlStore, migrate
 from hyperwatch.monitor.store.names import MAX_NAMES_PER_BATCH
 from tests.monitor.conftest import AUTH, create_run, make_client
@@ -74,7 +75,7 @@ def test_the_cap_is_checked_before_the_run_is_looked_up(store: SqlStore) -> None
     assert r.status_code == 422, r.text  # type: ignore[attr-defined]
     assert "distinct metric names" in _words(r)
     assert _names(store) == []
-    with pytest.raises(Exception, match="split it into batches with fewer names"):
+    with pytest.raises(InvalidInputError, match="split it into batches with fewer names"):
         store.ingest(1, "b" * 16, [Point(f"user.n{i}", 0, 1.0) for i in range(MAX_NAMES_PER_BATCH + 1)])
 
 
