@@ -73,11 +73,17 @@ def create_schema_if_empty(store: SqlStore) -> str | None:
     command: upgrading data is the operator's decision (``hyperwatch db upgrade``). PostgreSQL
     databases are created by an administrator, who runs ``db upgrade`` as part of that."""
     from sqlalchemy import inspect
+    from sqlalchemy.exc import SQLAlchemyError
 
     from hyperwatch.monitor.store import migrate
 
-    if store.engine.dialect.name != "sqlite" or inspect(store.engine).get_table_names():
+    if store.engine.dialect.name != "sqlite":
         return None
+    try:
+        if inspect(store.engine).get_table_names():
+            return None
+    except SQLAlchemyError:
+        return None  # cannot be opened (its folder missing, ...): the service answers 503 and says why
     migrate.upgrade(store.engine)  # one write transaction; a second server starting with it finds head
     return migrate.head_revision()
 
@@ -110,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = Settings(**overrides)  # type: ignore[arg-type]
         store = SqlStore(settings.database_url)
-        created = create_schema_if_empty(store)
+        created = create_schema_if_empty(store) if settings.check_schema else None
         if created:
             print(f"hyperwatch serve: a new, empty database: created its schema ({created})", file=sys.stderr)
         app = create_app(settings, store=store)
