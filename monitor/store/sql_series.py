@@ -43,6 +43,8 @@ from hyperwatch.monitor.store.points import (
 )
 from hyperwatch.monitor.store.trailing import trailing_points
 
+_ALERT_ROWS = 1000  # rows per INSERT: 11 values each stays under SQLite's 32,766 bound parameters
+
 
 def _alert_key(a: NewAlert) -> tuple[str, str, int, int]:
     return (a.rule, a.name, sql_layer(a.layer), a.step)
@@ -229,26 +231,44 @@ class SeriesMixin:
             return self._insert_alerts(conn, run_id, alerts)
 
     def _insert_alerts(self, conn: Connection, run_id: int, alerts: Sequence[NewAlert]) -> list[NewAlert]:
-        """Insert ``alerts`` not stored yet (in key order: concurrent writers lock in one order); the new ones."""
-        new: list[int] = []
+        """Insert ``alerts`` not stored yet (in key order: concurrent writers lock in one order); the new ones.
+
+        One multi-row ``INSERT .. ON CONFLICT DO NOTHING RETURNING`` per ``_ALERT_ROWS`` alerts (an
+        Alertmanager notification may carry thousands); an alert is new when its key came back and
+        it is the first of the request with that key."""
         order = sorted(range(len(alerts)), key=lambda i: _alert_key(alerts[i]))
-        for i in order:
-            a = alerts[i]
-            ins = dialect_insert(conn, AlertEventRow.__table__).values(
-                run_id=run_id,
-                rule=a.rule,
-                severity=a.severity,
-                name=a.name,
-                layer=sql_layer(a.layer),
-                step=a.step,
-                value=to_sql_value(a.value),
-                baseline=a.baseline,
-                message=a.message,
-                source=a.source,
-                created_at=now_utc(),
+        created = now_utc()
+        inserted: set[tuple[str, str, int, int]] = set()
+        for start in range(0, len(order), _ALERT_ROWS):
+            rows = [
+                {
+                    "run_id": run_id,
+                    "rule": a.rule,
+                    "severity": a.severity,
+                    "name": a.name,
+                    "layer": sql_layer(a.layer),
+                    "step": a.step,
+                    "value": to_sql_value(a.value),
+                    "baseline": a.baseline,
+                    "message": a.message,
+                    "source": a.source,
+                    "created_at": created,
+                }
+                for a in (alerts[i] for i in order[start : start + _ALERT_ROWS])
+            ]
+            t = AlertEventRow.__table__
+            stmt = (
+                dialect_insert(conn, t)
+                .values(rows)
+                .on_conflict_do_nothing(index_elements=["run_id", "rule", "name", "layer", "step"])
+                .returning(t.c.rule, t.c.name, t.c.layer, t.c.step)
             )
-            stmt = ins.on_conflict_do_nothing(index_elements=["run_id", "rule", "name", "layer", "step"])
-            if conn.execute(stmt.returning(AlertEventRow.id)).first() is not None:
+            inserted.update((str(r), str(n), int(la), int(st)) for r, n, la, st in conn.execute(stmt))
+        new: list[int] = []
+        for i in order:
+            key = _alert_key(alerts[i])
+            if key in inserted:
+                inserted.discard(key)  # a second alert of the request with the same key was not stored
                 new.append(i)
         return [alerts[i] for i in sorted(new)]  # in the detector's order
 
