@@ -419,8 +419,9 @@ class Trainer:
     def close(self) -> None:
         """Leave the process group cleanly (nothing to do in one process); the trainer is spent after it.
 
-        Every rank must call it: the model, its DDP wrapper and the optimizers are released first,
-        so nothing holds the group when it is destroyed (:func:`parallel.leave_process_group`)."""
+        Every rank must call it: after a barrier the trainer drops the model, its DDP wrapper and the
+        optimizers, then the group is destroyed (:func:`parallel.leave_process_group`, which says
+        what FSDP2 still holds of the group after that)."""
         if self.dist.enabled:
             leave_process_group(lambda: [self.__dict__.pop(k, None) for k in ("model", "ddp", "optim", "loader")])
 
