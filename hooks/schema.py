@@ -46,6 +46,14 @@ class MetricSpec:
 
 _SPECS = [
     MetricSpec("attention_z", True, "logit^2", "mean over (batch, head, query) of LSE(attention scores)^2"),
+    MetricSpec(
+        "attention_lse_max",
+        True,
+        "logit",
+        "max over queries of the attention LSE; per head as attention_lse_max.h<k>, the layer's max over heads "
+        "without a qualifier (the max logit lies in [value - log T, value])",
+    ),
+    MetricSpec("output_z", False, "logit^2", "mean over positions of LSE(LM head logits over the vocabulary)^2"),
     MetricSpec("router_z", True, "logit^2", "mean over tokens of LSE(router logits over all routed experts)^2"),
     MetricSpec("attention_rms", True, "activation", "RMS of the attention branch output (after residual mult)"),
     MetricSpec("mlp_rms", True, "activation", "RMS of the MLP or MoE branch output (after residual mult)"),
