@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -79,7 +80,8 @@ def test_per_head_lse_max_and_output_z_match_float64_references() -> None:
     torch.manual_seed(0)
     model = Tiny().double()
     with torch.no_grad():  # one head of layer 1 with large logits: its ceiling must stand out
-        model.attn[1].qkv.weight[:4] *= 30.0
+        first: Any = model.attn[1]
+        first.qkv.weight[:4] *= 30.0
     T = 10
     mask = torch.ones(2, 1, T, T, dtype=torch.bool).tril()
     mask[1, :, :, 6:] = False  # the second sequence is padded after 6 tokens
@@ -123,7 +125,7 @@ def test_heads_keep_nan_leave_out_fully_masked_heads_and_fold_beyond_the_slots()
 
 
 def test_output_head_found_on_bundled_model_and_absent_without_one() -> None:
-    model = bundled_model(moe=False)
+    model: Any = bundled_model(moe=False)
     sink = hooks.MemorySink()
     captured: list[torch.Tensor] = []
     model.lm_head.register_forward_hook(lambda m, a, o: captured.append(o.detach().double()))
