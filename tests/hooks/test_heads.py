@@ -59,7 +59,8 @@ def _reference(model: Tiny, batches: list[torch.Tensor]) -> tuple[list[list[floa
     z_sum, z_n = 0.0, 0
     for idx in batches:
         x = model.embed(idx)
-        for i, (a, m) in enumerate(zip(model.attn, model.mlp)):
+        for i, (layer, m) in enumerate(zip(model.attn, model.mlp)):
+            a: Any = layer
             B, T, C = x.shape
             q, k, _ = a.qkv(x).view(B, T, 3, a.n_heads, C // a.n_heads).permute(2, 0, 3, 1, 4)
             scores = q @ k.transpose(-1, -2) / math.sqrt(C // a.n_heads)
