@@ -21,7 +21,6 @@ rank 0's, a lower bound on the global maximum.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
@@ -29,26 +28,16 @@ import torch
 from torch import nn
 
 from hyperwatch.hooks.indicators import MASKED_LSE
+from hyperwatch.hooks.schema import head_name, head_of
+
+__all__ = ["MAX_HEADS", "find_output_head", "head_lse_max", "head_name", "head_of", "output_z_sums", "unpack_heads"]
 
 MAX_HEADS = 128
 """Head slots per layer. A layer with more heads folds the rest into the last slot (their max)."""
 
-HEAD_PREFIX = "h"
-_HEAD_RE = re.compile(rf"^attention_lse_max\.{HEAD_PREFIX}(\d+)\Z")
 
 OUTPUT_HEAD_NAMES = ("lm_head", "output", "embed_out", "output_layer", "head")
 """Child names (of the model, or of its one wrapped model) that hold the LM head, first match wins."""
-
-
-def head_name(head: int) -> str:
-    """The wire name of one head's value: ``attention_lse_max.h3``."""
-    return f"attention_lse_max.{HEAD_PREFIX}{head}"
-
-
-def head_of(name: str) -> int | None:
-    """The head index of a per-head name, None for any other name."""
-    m = _HEAD_RE.match(name)
-    return int(m.group(1)) if m else None
 
 
 def head_lse_max(lse: torch.Tensor) -> torch.Tensor:

@@ -98,6 +98,20 @@ class SchemaError(ValueError):
         self.field = field
 
 
+_HEAD_RE = re.compile(r"^attention_lse_max\.h(\d+)\Z")
+
+
+def head_name(head: int) -> str:
+    """The wire name of one attention head's max LSE: ``attention_lse_max.h3`` (layer in ``layer``)."""
+    return f"attention_lse_max.h{head}"
+
+
+def head_of(name: str) -> int | None:
+    """The head index of a per-head name, None for any other name."""
+    m = _HEAD_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
 def base_name(name: str) -> str:
     """``weight_norm.attn.q_proj`` -> ``weight_norm``; ``user.foo`` -> ``user``."""
     return name.split(".", 1)[0]
