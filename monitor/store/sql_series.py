@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection, Engine
 from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import downsample as ds
+from hyperwatch.monitor.store import incidents
 from hyperwatch.monitor.store.base import Detector, DetectorFor
 from hyperwatch.monitor.store.engine import managed, retry_busy
 from hyperwatch.monitor.store.entities import (
@@ -247,7 +248,9 @@ class SeriesMixin:
             stmt = ins.on_conflict_do_nothing(index_elements=["run_id", "rule", "name", "layer", "step"])
             if conn.execute(stmt.returning(AlertEventRow.id)).first() is not None:
                 new.append(i)
-        return [alerts[i] for i in sorted(new)]  # in the detector's order
+        stored = [alerts[i] for i in sorted(new)]  # in the detector's order
+        incidents.record(conn, run_id, stored)  # grouped in the same transaction (issue 21)
+        return stored
 
     def list_alerts(
         self,
