@@ -172,3 +172,23 @@ def test_episodes_and_prometheus_alerts_group_into_incidents(client: TestClient)
     assert r.status_code == 200 and r.json()["stored"] == 1, r.text
     prom = [i for i in _incidents(client, run["id"]) if i["source"] == "prometheus"]
     assert [(i["rule"], i["name"]) for i in prom] == [("HyperWatchLossSpike", "loss")]
+
+
+def test_metrics_export_the_layer_max_over_heads_and_the_trend_thresholds(client: TestClient) -> None:
+    create_run(client, "exported")
+    pts: list[dict[str, object]] = [
+        {"name": "output_z", "step": 3, "value": 170.0},
+        {"name": "grad_norm", "step": 3, "value": 1.5},
+    ]
+    for layer in range(2):
+        for h in range(8):
+            pts.append({"name": f"attention_lse_max.h{h}", "layer": layer, "step": 3, "value": 10.0 + h + layer})
+        pts.append({"name": "attention_lse_max", "layer": layer, "step": 3, "value": 17.0 + layer})
+    post_points(client, "exported", pts)
+    text = client.get("/metrics").text
+    lab = '{project="default",run="exported"}'
+    assert f"hyperwatch_run_attention_lse_max_max{lab} 18.0" in text
+    assert f"hyperwatch_run_output_z{lab} 170.0" in text and f"hyperwatch_run_grad_norm{lab} 1.5" in text
+    assert f"hyperwatch_run_logit_ceiling{lab} 100.0" in text
+    assert f"hyperwatch_run_growth_log_factor{lab} {math.log(4.0)}" in text
+    assert ".h" not in "".join(line for line in text.splitlines() if "exported" in line)  # no per-head series
