@@ -192,3 +192,21 @@ def test_metrics_export_the_layer_max_over_heads_and_the_trend_thresholds(client
     assert f"hyperwatch_run_logit_ceiling{lab} 100.0" in text
     assert f"hyperwatch_run_growth_log_factor{lab} {math.log(4.0)}" in text
     assert ".h" not in "".join(line for line in text.splitlines() if "exported" in line)  # no per-head series
+
+
+def test_every_default_is_a_group_override_and_overrides_reach_the_detectors(client: TestClient) -> None:
+    every = {k: int(v) if k.endswith(("window", "points")) else v for k, v in DEFAULT_THRESHOLDS.items()}
+    r = client.post("/api/v1/groups", json={"name": "all-defaults", "thresholds": every}, headers=AUTH)
+    assert r.status_code == 201, r.text  # every default has its override field
+    r = client.post(
+        "/api/v1/groups", json={"name": "tight", "thresholds": {"attention_lse_max_limit": 5.0}}, headers=AUTH
+    )
+    assert r.status_code == 201, r.text
+    create_run(client, "tight-run", group="tight")
+    create_run(client, "default-run")
+    for run in ("tight-run", "default-run"):
+        post_points(client, run, [{"name": "attention_lse_max.h0", "layer": 0, "step": 1, "value": 8.0}])
+    fired = {a["run"] for a in client.get("/api/v1/alerts", params={"rule": "logit_ceiling"}).json()}
+    assert fired == {"tight-run"}  # 8 passes this group's ceiling of 5, not the default 100
+    bad = client.post("/api/v1/groups", json={"name": "bad", "thresholds": {"growth_factor": 0.5}}, headers=AUTH)
+    assert bad.status_code == 422 and "growth_factor" in bad.json()["message"]
