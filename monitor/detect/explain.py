@@ -57,6 +57,8 @@ def _amount(incident: Incident) -> str:
         return "to NaN"
     if math.isinf(peak):
         return f"to {peak}"
+    if incident.rule == "logit_ceiling" and start is not None:
+        return f"to {peak:.4g}, above the ceiling {start:.4g}"
     if start is not None and math.isfinite(start) and start > 0:
         return f"from {start:.4g} to {peak:.4g} ({peak / start:.3g}x)"
     return f"to {peak:.4g}"
