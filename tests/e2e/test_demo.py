@@ -4,8 +4,8 @@ in headless Chromium.
 Two arms across depths 2 and 4 stream into the service: MuonH + HyperP with QK-Norm (attention Z
 bounded: "transferable") and vanilla MuonH without QK-Norm at a too-high LR (attention Z explodes
 and grows with depth: "breaks", incidents from the service's detectors and, with Prometheus and
-Alertmanager, the trend rules delivered to the webhook), all on the default thresholds (issue 21). Screenshots of every page
-go to test-artifacts/e2e/.
+Alertmanager, the rules delivered to the webhook), all on the default thresholds (issue 21).
+Screenshots of every page go to test-artifacts/e2e/.
 """
 
 from __future__ import annotations
