@@ -368,6 +368,7 @@ class OutputProbe(Probe):
     """
 
     keys = ("output_z",)
+    during_discovery = True  # measures the traced forward too, and is kept when discovery replaces the probes
 
     def __init__(self, acc: Accumulator, gate: Gate, module: nn.Module, report: Report = ignore) -> None:
         super().__init__(acc, gate, -1, report)

@@ -153,3 +153,22 @@ def test_unpack_heads_reads_only_seen_slots() -> None:
     values, top = heads.unpack_heads(flat, 0, 1)
     assert values == [None, None, 7.5] and top == 7.5
     assert heads.unpack_heads(flat, 0, 0) == ([], None)
+
+
+def test_output_z_survives_discovery_on_a_hugging_face_model() -> None:
+    """A discovered plan (HF Llama: its first logged forward is traced) keeps the LM head's probe."""
+    from tests.hooks.support import hf_model
+
+    model: Any = hf_model("llama")
+    captured: list[torch.Tensor] = []
+    model.lm_head.register_forward_hook(lambda m, a, o: captured.append(o.detach().double()))
+    sink = hooks.MemorySink()
+    mon = hooks.attach(model, run="hf", sink=sink, every=1)
+    for step in range(2):  # the traced first step, then a step on the refined plan
+        x = torch.randint(0, 96, (2, 12))
+        model(input_ids=x, labels=x).loss.backward()
+        mon.step(step)
+    mon.close()
+    got = {p.step: p.value for p in sink.points if p.name == "output_z"}
+    want = [float(torch.logsumexp(c, -1).square().mean()) for c in captured]
+    assert got == {0: pytest.approx(want[0], rel=1e-5), 1: pytest.approx(want[1], rel=1e-5)}
