@@ -9,8 +9,8 @@ added in-graph into their device slots.
 Every device value lives in one flat float64 buffer, ``flat``: the per-layer sums, the expert
 counts, a region for the host counts, then the run-level slots (loss sum and count, output Z sum
 and count, which are reduced, and the gradient norm, which is not), then the per-head maxima of the
-attention LSE (``heads``, (L, MAX_HEADS), not reduced: a maximum does not add; under data
-parallelism they are rank 0's own, see :mod:`hooks.heads`). :meth:`Accumulator.pack` writes the host counts
+attention LSE (``heads``, (L, MAX_HEADS), outside the summed region: a maximum does not add; the
+monitor all-reduces them with MAX, see :mod:`hooks.heads`). :meth:`Accumulator.pack` writes the host counts
 in and returns the region that is all-reduced once across data-parallel ranks (sums and counts
 add); :meth:`Accumulator.take` copies the whole buffer to the host once (asynchronously into
 pinned memory on CUDA) and zeroes it; :meth:`Accumulator.unpack` turns the host copy into

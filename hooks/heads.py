@@ -15,8 +15,8 @@ quantity z-loss (PaLM) penalizes; it drifts up when output logits diverge.
 
 Cost rules as for every indicator (see :mod:`hooks.accumulate`): device reductions added into
 preallocated slots, no host synchronization, read back with the step's one device-to-host copy.
-The per-head maxima are not all-reduced (a maximum does not add): under data parallelism they are
-rank 0's, a lower bound on the global maximum.
+The per-head maxima are not part of the summed all-reduce (a maximum does not add): under data
+parallelism they take one more all-reduce of their own, with MAX, on logged steps only.
 """
 
 from __future__ import annotations

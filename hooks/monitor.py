@@ -402,6 +402,8 @@ class Monitor:
         reduced = acc.pack()
         if self.distributed:
             dist.all_reduce(reduced, group=self.process_group)
+            if acc.n_layers:  # maxima do not add: the per-head LSE maxima take their own (small) collective
+                dist.all_reduce(acc.heads, op=dist.ReduceOp.MAX, group=self.process_group)
         gn: Scalar | None = grad_norm
         if gn is None and self.auto_grad_norm:
             gn = self._grad_norm()
