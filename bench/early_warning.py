@@ -52,32 +52,37 @@ DATA_SEED = 1234
 
 
 def sweep(steps: int, seeds: int) -> list[RunSpec]:
-    """The runs: per cell, the arms that may go wrong and healthy twins (``seeds`` seeds of the healthy arm)."""
+    """The runs: per cell, its healthy arm (``seeds`` seeds, a safe LR) and the arms that may go wrong.
+
+    A healthy arm shared by several cells (the same model at the same LR) is trained once.
+    """
     runs: list[RunSpec] = []
 
     def add(scenario: str, source: str, arm: str, lr: float, healthy: bool = False, **kw: Any) -> None:
         for seed in range(seeds if healthy else 1):
-            runs.append(RunSpec(scenario, source, arm, lr, steps, seed=seed, **kw))
+            runs.append(RunSpec(scenario, source, arm, lr, steps, seed=seed, healthy=healthy, **kw))
 
+    safe = {"gpt": 3e-3, "trainer": 3e-3, "hf": 1e-3}
     for source, depth in (("gpt", 3), ("trainer", 2)):
-        add("attn_growth", source, "lr3e-3-qk", 3e-3, True, depth=depth)
+        add("attn_growth", source, "safe-qk", safe[source], True, depth=depth)
         for lr in (3e-2, 1e-1):
             add("attn_growth", source, f"lr{lr:g}-qk", lr, depth=depth)
             add("attn_growth", source, f"lr{lr:g}-noqk", lr, depth=depth, qk_norm=False)
     for source in ("gpt", "hf"):
-        add("output_logits", source, "lr3e-3", 3e-3, True)
+        add("output_logits", source, "safe-qk" if source == "gpt" else "safe", safe[source], True)
         for z in (0.0, 1e-4):
             add("output_logits", source, f"lr0.1-z{z:g}", 0.1, z_loss=z)
-    add("moe_collapse", "trainer", "lr3e-3-gates", 3e-3, True, depth=2, moe=True)
-    add("moe_collapse", "trainer", "lr3e-2-gates", 3e-2, depth=2, moe=True)
-    add("moe_collapse", "trainer", "lr3e-2-nogates", 3e-2, depth=2, moe=True, gates=False)
+    add("moe_collapse", "trainer", "safe-gates", 3e-3, True, depth=2, moe=True)
+    for lr in (3e-2, 1e-1):
+        add("moe_collapse", "trainer", f"lr{lr:g}-gates", lr, depth=2, moe=True)
+        add("moe_collapse", "trainer", f"lr{lr:g}-nogates", lr, depth=2, moe=True, gates=False)
     for source in ("gpt", "hf"):
-        add("nan", source, "lr3e-3", 3e-3, True)
+        add("nan", source, "safe-qk" if source == "gpt" else "safe", safe[source], True)
         for lr in (1.0, 3.0):
             add("nan", source, f"lr{lr:g}", lr)
     for source, depth in (("gpt", 3), ("hf", 3), ("trainer", 2)):
-        add("loss_spike", source, "lr3e-3", 3e-3, True, depth=depth)
-        add("loss_spike", source, "lr3e-3-bump30", 3e-3, depth=depth, lr_bump=(0.5, 0.55, 30.0))
+        add("loss_spike", source, "safe-qk" if source != "hf" else "safe", safe[source], True, depth=depth)
+        add("loss_spike", source, "safe-bump30", safe[source], depth=depth, lr_bump=(0.5, 0.55, 30.0))
     return runs
 
 
@@ -112,7 +117,7 @@ def train(spec: RunSpec, data: Any, url: str, every: int, seq: int, batch: int, 
         opt.step()
         mon.step(step, loss=loss.detach(), lr=lr, tokens=(step + 1) * batch * seq)
         opt.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(loss.item())
         if step % every == 0:
             t1 = time.perf_counter()
             mon.flush(60)
@@ -158,7 +163,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=200, help="optimizer steps per run (default 200)")
     p.add_argument("--every", type=int, default=4, help="log every N steps (default 4)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds of each cell's healthy arm (default 3)")
+    p.add_argument("--seeds", type=int, default=5, help="seeds of each cell's healthy arm (default 5)")
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the machine is shared)")
@@ -177,12 +182,16 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     recorded: dict[str, dict[str, Any]] = {}
+    distinct: dict[tuple[Any, ...], RunSpec] = {}
+    for spec in specs:
+        distinct.setdefault(spec.key(), spec)
+    trained = {spec.name: distinct[spec.key()].name for spec in specs}  # cell's run -> the run trained
     with ServiceProcess(f"sqlite:///{work / 'hyperwatch.db'}", log_path=work / "service.log") as svc:
-        for i, spec in enumerate(specs):
+        for i, spec in enumerate(distinct.values()):
             rec = train(spec, data, svc.url, args.every, args.seq, args.batch, work / "spool")
             recorded[spec.name] = rec
             print(
-                f"[{i + 1}/{len(specs)}] {spec.name}: {len(rec['losses'])} steps, final loss "
+                f"[{i + 1}/{len(distinct)}] {spec.name}: {len(rec['losses'])} steps, final loss "
                 f"{rec['losses'][-1]:.3f}, {rec['seconds']:.1f} s ({rec['seconds_delivering']:.1f} s delivering)",
                 flush=True,
             )
@@ -190,33 +199,47 @@ def main() -> int:
     fired = replay({n: r["scrapes"] for n, r in recorded.items()}, RULES, work / "promtool")
     results: list[RunResult] = []
     for spec in specs:
-        rec = recorded[spec.name]
+        rec = recorded[trained[spec.name]]
         svc_first = first_by_rule(
-            {rule: [a["step"] for a in alerts.get(spec.name, []) if a["rule"] == rule] for rule in
-             {a["rule"] for a in alerts.get(spec.name, [])}}
+            {rule: [a["step"] for a in alerts.get(trained[spec.name], []) if a["rule"] == rule] for rule in
+             {a["rule"] for a in alerts.get(trained[spec.name], [])}}
         )  # fmt: skip
-        prom_first = {alert: rec["logged_steps"][at[0]] for alert, at in fired.get(spec.name, {}).items() if at}
+        prom_first = {
+            alert: rec["logged_steps"][at[0]] for alert, at in fired.get(trained[spec.name], {}).items() if at
+        }
         rec["first_by_rule"] = {"service": svc_first, "prometheus": prom_first}
-        rec["alert_count"] = len(alerts.get(spec.name, []))
-        results.append(
-            RunResult(
-                spec.name, spec.scenario, spec.source, spec.steps, rec["losses"],
-                {"service": min(svc_first.values(), default=None), "prometheus": min(prom_first.values(), default=None)},
-            )
-        )  # fmt: skip
-    truth = ground_truth(results, margin=args.margin)
+        rec["alert_count"] = len(alerts.get(trained[spec.name], []))
+        first = {"service": min(svc_first.values(), default=None), "prometheus": min(prom_first.values(), default=None)}
+        results.append(RunResult(spec.name, spec.scenario, spec.source, spec.steps, rec["losses"], first))
+    twins: dict[str, list[str]] = {}
+    for spec in specs:
+        if spec.healthy:
+            twins.setdefault(spec.cell, []).append(spec.name)
+    truth = ground_truth(results, twins, margin=args.margin)
     rows = score(results, truth, ALERT_SOURCES)
     rows += totals(rows, ALERT_SOURCES)
     elapsed = time.perf_counter() - t0
     print()
-    print(f"early warning: {len(specs)} runs, {elapsed:.0f} s (margin {args.margin} nats; lead frac = first warning / steps)")
+    print(
+        f"early warning: {len(specs)} runs in {len(distinct)} trained, {elapsed:.0f} s "
+        f"(margin {args.margin} nats; lead frac = first warning / steps)"
+    )
     print(format_table(rows))
+    healthy_runs = {trained[r.name] for r in results if not truth[r.name].wrong}
+    fa = {
+        a: sorted({trained[r.name] for r in results if not truth[r.name].wrong and r.first_warning[a] is not None})
+        for a in ALERT_SOURCES
+    }
+    print(
+        f"distinct runs trained: {len(distinct)}; distinct healthy runs: {len(healthy_runs)}; false alarms on them: "
+        + ", ".join(f"{a} {len(v)} {v}" for a, v in fa.items())
+    )
     print()
     for r in results:
         t = truth[r.name]
-        rec = recorded[r.name]
+        rec = recorded[trained[r.name]]
         print(
-            f"{r.name:34s} {'WRONG' if t.wrong else 'ok   '} final {t.final:7.3f} dep {t.departure!s:>4} "
+            f"{r.name:38s} {'WRONG' if t.wrong else 'ok   '} final {t.final:7.3f} dep {t.departure!s:>4} "
             f"svc {rec['first_by_rule']['service']} prom {rec['first_by_rule']['prometheus']} "
             f"({rec['alert_count']} service alerts)"
         )
@@ -226,12 +249,25 @@ def main() -> int:
             n: {k: v for k, v in rec.items() if k != "scrapes"} | {"truth": vars(truth[n])}
             for n, rec in recorded.items()
         }
-        args.out.write_text(json.dumps({"rows": rows, "runs": runs_out, "args": vars(args) | {"out": str(args.out), "workdir": str(work)}}, default=str, indent=1))
+        args.out.write_text(
+            json.dumps(
+                {"rows": rows, "runs": runs_out, "args": vars(args) | {"out": str(args.out), "workdir": str(work)}},
+                default=str,
+                indent=1,
+            )
+        )
         series_dir = args.out.parent / (args.out.stem + "_series")
         series_dir.mkdir(exist_ok=True)
         for n, rec in recorded.items():
             (series_dir / f"{n}.json").write_text(
-                json.dumps({"logged_steps": rec["logged_steps"], "scrapes": rec["scrapes"]}, default=str)
+                json.dumps(
+                    {
+                        "run": n,
+                        "steps": rec["spec"]["steps"],
+                        "logged_steps": rec["logged_steps"],
+                        "scrapes": rec["scrapes"],
+                    }
+                )
             )
     return 0
 

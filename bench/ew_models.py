@@ -46,11 +46,18 @@ class RunSpec:
     lr_bump: tuple[float, float, float] | None = None  # (from, to) as fractions of training, LR factor
     seed: int = 0
     warmup: int = 10
+    healthy: bool = False  # the cell's healthy arm: its best seed is the cell's twin
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def cell(self) -> str:
         return f"{self.scenario}/{self.source}"
+
+    def key(self) -> tuple[Any, ...]:
+        """What the training depends on: two specs with the same key are the same run (trained once)."""
+        skip = ("scenario", "arm", "healthy", "extra")
+        fields = [(k, repr(v)) for k, v in sorted(vars(self).items()) if k not in skip]
+        return (*fields, ("extra", repr(sorted(self.extra.items()))))
 
     @property
     def name(self) -> str:

@@ -73,7 +73,7 @@ def minutes(duration: str) -> int:
     """A Prometheus duration as promtool prints it (``1h3m``, ``45m``, ``0s``) in whole minutes."""
     scale = {"h": 60.0, "m": 1.0, "s": 1 / 60, "ms": 1 / 60000}
     total = sum(int(n) * scale[u] for n, u in _DUR.findall(duration))
-    return int(round(total))
+    return round(total)
 
 
 def fired(output: str) -> dict[tuple[str, str], list[int]]:

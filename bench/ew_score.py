@@ -3,10 +3,11 @@
 Ground truth comes from the loss alone, never from an indicator under test:
 
 - a run's *final loss* is the mean of its last ``tail`` fraction of per-step training losses;
-- a run **went wrong** when any of its losses is non-finite, or its final loss is worse than the
-  best final loss of its cell (same scenario, same model source) by more than ``margin`` nats;
-- its **departure** is the first step where its loss, averaged over a trailing ``smooth`` steps,
-  exceeds the cell's best run's (its healthy twin's) by ``depart`` nats (0.05), or is non-finite.
+- a run **went wrong** when any of its losses is non-finite, or its final loss is worse than its
+  healthy twin's by more than ``margin`` nats. The twin is the best (finite) run of the cell's
+  healthy arm (same scenario, same model source, a safe LR, several seeds);
+- its **departure** is the first step from which its loss, averaged over a trailing ``smooth`` steps,
+  stays above the twin's by more than ``depart`` nats (0.05) to the end, or is non-finite.
 
 Per alert source (service detectors, Prometheus rules) a run's first warning step is scored:
 ``lead_frac`` = first warning step / steps trained (the target: <= 0.25 for every run that went
@@ -57,7 +58,7 @@ def final_loss(losses: Sequence[float], tail: float = 0.1) -> float:
         raise ValueError("final_loss: no losses (the run trained no step)")
     if any(not math.isfinite(v) for v in losses):
         return math.nan
-    n = max(1, int(round(len(losses) * tail)))
+    n = max(1, round(len(losses) * tail))
     return sum(losses[-n:]) / n
 
 
@@ -70,29 +71,53 @@ def trailing_mean(losses: Sequence[float], smooth: int) -> list[float]:
     return out
 
 
-def departure_step(losses: Sequence[float], twin: Sequence[float], depart: float = 0.05, smooth: int = 10) -> int | None:
-    """First step where the smoothed loss exceeds the twin's by more than ``depart``, or is non-finite."""
+def departure_step(
+    losses: Sequence[float], twin: Sequence[float], depart: float = 0.05, smooth: int = 10
+) -> int | None:
+    """First step from which the smoothed loss stays above the twin's by more than ``depart`` to the
+    end of the run (a sustained departure, not early noise between inits), or is non-finite."""
     mine, theirs = trailing_mean(losses, smooth), trailing_mean(twin, smooth)
-    for i, (a, b) in enumerate(zip(mine, theirs)):
-        if not math.isfinite(a) or (math.isfinite(b) and a - b > depart):
-            return i
-    return None
+    n = min(len(mine), len(theirs))
+    if n < len(mine):  # the twin stopped early (non-finite): compare where both exist
+        mine = mine[:n]
+    found: int | None = None
+    for i in range(len(mine) - 1, -1, -1):
+        a, b = mine[i], theirs[i]
+        if not math.isfinite(a):
+            found = i
+            continue
+        if math.isfinite(b) and a - b > depart:
+            found = i
+        else:
+            break
+    first_bad = next((i for i, v in enumerate(mine) if not math.isfinite(v)), None)
+    if first_bad is not None:  # a non-finite loss departs wherever it happens
+        return first_bad if found is None else min(found, first_bad)
+    return found
 
 
 def ground_truth(
-    runs: Sequence[RunResult], margin: float = 0.1, depart: float = 0.05, smooth: int = 10, tail: float = 0.1
+    runs: Sequence[RunResult],
+    twins: dict[str, Sequence[str]] | None = None,
+    margin: float = 0.1,
+    depart: float = 0.05,
+    smooth: int = 10,
+    tail: float = 0.1,
 ) -> dict[str, Truth]:
-    """Per run name, its :class:`Truth`, against the best finite final loss of its cell."""
+    """Per run name, its :class:`Truth`, against its cell's healthy twin: the run with the best finite
+    final loss among ``twins[cell]`` (the cell's healthy arm, e.g. its seeds), or among the whole
+    cell when no twin is named."""
     cells: dict[str, list[RunResult]] = {}
     for r in runs:
         cells.setdefault(r.cell, []).append(r)
     truth: dict[str, Truth] = {}
-    for members in cells.values():
+    for cell, members in cells.items():
         finals = {r.name: final_loss(r.losses, tail) for r in members}
-        finite = [r for r in members if math.isfinite(finals[r.name])]
-        if not finite:
-            raise ValueError(f"cell {members[0].cell}: every run is non-finite, there is no healthy twin to compare to")
-        best = min(finite, key=lambda r: finals[r.name])
+        named = set((twins or {}).get(cell, ()))
+        pool = [r for r in members if (not named or r.name in named) and math.isfinite(finals[r.name])]
+        if not pool:
+            raise ValueError(f"cell {cell}: no finite run among its healthy twins, there is nothing to compare to")
+        best = min(pool, key=lambda r: finals[r.name])
         for r in members:
             f = finals[r.name]
             wrong = not math.isfinite(f) or f > finals[best.name] + margin
@@ -201,7 +226,7 @@ def _cell(value: Any) -> str:
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows as a fixed-width text table (also valid Markdown when piped through ``markdown=True``)."""
+    """The rows as a fixed-width text table."""
     head = " | ".join(HEADERS.get(k, k).ljust(w) for k, w in COLUMNS)
     lines = [head, "-" * len(head)]
     for r in rows:

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from ew_score import (  # noqa: E402
+from ew_score import (
     RunResult,
     departure_step,
     final_loss,
@@ -76,7 +76,7 @@ def test_ground_truth_comes_from_the_cells_best_final_loss() -> None:
 
 
 def test_a_cell_with_only_nonfinite_runs_is_refused() -> None:
-    with pytest.raises(ValueError, match="no healthy twin"):
+    with pytest.raises(ValueError, match="no finite run"):
         ground_truth([_run("a", [math.nan] * STEPS)])
 
 
@@ -107,3 +107,18 @@ def test_score_counts_leads_misses_and_false_alarms_per_alert_source() -> None:
     assert total["service"]["false_alarms"] == 1 and total["prometheus"]["missed"] == 0
     table = format_table([*rows.values(), *total.values()])
     assert "service" in table and "prometheus" in table and "ALL" in table
+
+
+def test_the_twin_is_the_best_of_the_named_healthy_arm_and_departures_are_sustained() -> None:
+    runs = [
+        _run("safe-s0", [v + 0.02 for v in _curve()]),
+        _run("safe-s1", _curve()),
+        _run("better-lr", [v - 0.3 for v in _curve()]),  # better than the twin: not wrong, whatever the cell's best
+        _run("blip", [v + (0.5 if 10 <= i < 15 else 0.0) for i, v in enumerate(_curve())]),  # back on track
+    ]
+    truth = ground_truth(runs, {"s": ["safe-s0", "safe-s1"]}, margin=0.1)
+    assert truth["better-lr"].twin == "safe-s1" and not truth["better-lr"].wrong
+    assert not truth["blip"].wrong and truth["blip"].departure is None  # a blip that recovers never departs
+    assert not truth["safe-s0"].wrong and truth["safe-s0"].departure is None
+    with pytest.raises(ValueError, match="no finite run"):
+        ground_truth([_run("a", [math.nan] * STEPS), _run("b", _curve())], {"s": ["a"]})
