@@ -116,9 +116,9 @@ def test_the_twin_is_the_best_of_the_named_healthy_arm_and_departures_are_sustai
         _run("better-lr", [v - 0.3 for v in _curve()]),  # better than the twin: not wrong, whatever the cell's best
         _run("blip", [v + (0.5 if 10 <= i < 15 else 0.0) for i, v in enumerate(_curve())]),  # back on track
     ]
-    truth = ground_truth(runs, {"s": ["safe-s0", "safe-s1"]}, margin=0.1)
+    truth = ground_truth(runs, {"s/gpt": ["safe-s0", "safe-s1"]}, margin=0.1)
     assert truth["better-lr"].twin == "safe-s1" and not truth["better-lr"].wrong
     assert not truth["blip"].wrong and truth["blip"].departure is None  # a blip that recovers never departs
     assert not truth["safe-s0"].wrong and truth["safe-s0"].departure is None
     with pytest.raises(ValueError, match="no finite run"):
-        ground_truth([_run("a", [math.nan] * STEPS), _run("b", _curve())], {"s": ["a"]})
+        ground_truth([_run("a", [math.nan] * STEPS), _run("b", _curve())], {"s/gpt": ["a"]})
