@@ -19,6 +19,7 @@ from hyperwatch.monitor.detect.trends import fitted_log_rise, sigma_spike, theil
 from tests.monitor.conftest import AUTH, create_run, post_points
 
 LAYERS = 4
+LIMIT = DEFAULT_THRESHOLDS["attention_lse_max_limit"]  # the defaults may be recalibrated: tests read them
 
 
 def _stream(client: TestClient, run: str, steps: list[int], point_of: Any) -> None:
@@ -96,14 +97,14 @@ def test_head_over_the_ceiling_at_step_one_is_warned_at_step_one(client: TestCli
         for layer in range(LAYERS):
             for h in range(4):
                 hot = layer == 1 and h == 2
-                v = 150.0 * (1 + s) if hot else 8.0
+                v = 1.5 * LIMIT * (1 + s) if hot else 8.0
                 pts.append({"name": f"attention_lse_max.h{h}", "layer": layer, "step": s, "value": v})
             pts.append(
                 {
                     "name": "attention_lse_max",
                     "layer": layer,
                     "step": s,
-                    "value": 150.0 * (1 + s) if layer == 1 else 8.0,
+                    "value": 1.5 * LIMIT * (1 + s) if layer == 1 else 8.0,
                 }
             )
         return pts
@@ -111,7 +112,7 @@ def test_head_over_the_ceiling_at_step_one_is_warned_at_step_one(client: TestCli
     _stream(client, "blowup", [1, 2, 3, 4, 5], step)
     alerts = client.get("/api/v1/alerts", params={"run_id": str(run["id"]), "rule": "logit_ceiling"}).json()
     assert [(a["name"], a["layer"], a["step"]) for a in alerts] == [("attention_lse_max.h2", 1, 1)]  # crossing only
-    assert alerts[0]["severity"] == "critical" and alerts[0]["baseline"] == 100.0
+    assert alerts[0]["severity"] == "critical" and alerts[0]["baseline"] == LIMIT
     (inc,) = _incidents(client, run["id"])
     assert inc["rule"] == "logit_ceiling" and inc["heads"] == [{"layer": 1, "head": 2}] and inc["first_step"] == 1
     assert "1.2" in inc["summary"]  # "heads (layer.head) 1.2"
@@ -189,8 +190,8 @@ def test_metrics_export_the_layer_max_over_heads_and_the_trend_thresholds(client
     lab = '{project="default",run="exported"}'
     assert f"hyperwatch_run_attention_lse_max_max{lab} 18.0" in text
     assert f"hyperwatch_run_output_z{lab} 170.0" in text and f"hyperwatch_run_grad_norm{lab} 1.5" in text
-    assert f"hyperwatch_run_logit_ceiling{lab} 100.0" in text
-    assert f"hyperwatch_run_growth_log_factor{lab} {math.log(4.0)}" in text
+    assert f"hyperwatch_run_logit_ceiling{lab} {LIMIT}" in text
+    assert f"hyperwatch_run_growth_log_factor{lab} {math.log(DEFAULT_THRESHOLDS['growth_factor'])}" in text
     assert ".h" not in "".join(line for line in text.splitlines() if "exported" in line)  # no per-head series
 
 

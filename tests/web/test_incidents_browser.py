@@ -11,10 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
+from hyperwatch.monitor.detect.defaults import DEFAULT_THRESHOLDS
 from tests.web.browser import console_errors, screenshot, wait_for, wait_ready
 from tests.web.conftest import WRITE_TOKEN, Live, _live
 
 pytestmark = pytest.mark.slow
+LIMIT = DEFAULT_THRESHOLDS["attention_lse_max_limit"]
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +30,7 @@ def blown(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                 for layer in range(4):
                     for head in range(4):
                         hot = (layer, head) in ((1, 2), (3, 0))
-                        v = 120.0 * math.exp(0.05 * step) if hot else 8.0
+                        v = 1.2 * LIMIT * math.exp(0.05 * step) if hot else 8.0
                         pts.append({"name": f"attention_lse_max.h{head}", "layer": layer, "step": step, "value": v})
                 body = {"batch_id": uuid.uuid4().hex, "run": "blowup", "points": pts}
                 c.post("/api/v1/points", json=body).raise_for_status()
@@ -52,7 +54,7 @@ def test_one_row_per_incident_expands_to_heads_steps_and_remedies(blown: Live, b
     detail = wait_for(browser, lambda d: d.find_elements("css selector", "tr.incident-detail"))[0]
     text = detail.text
     assert "Heads (layer.head): 1.2, 3.0" in text and "Layers: 1, 3" in text
-    assert "QK-norm" in text and "above the ceiling 100" in text
+    assert "QK-norm" in text and f"above the ceiling {LIMIT:.4g}" in text
     steps = [a.get_attribute("href") for a in detail.find_elements("css selector", "a.step-link")]
     run_id = incidents[0]["run_id"]
     assert steps and steps[0].endswith(f"/runs/{run_id}?name=attention_lse_max&step=1")
