@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 from ew_models import RunSpec, batches, build, param_count, stdlib_bytes, z_loss  # noqa: E402
-from ew_prom import Scrape, parse_scrape, replay  # noqa: E402
+from ew_prom import Scrape, parse_scrape, replay, to_columns  # noqa: E402
 from ew_score import RunResult, format_table, ground_truth, score, totals  # noqa: E402
 
 from hyperwatch import hooks  # noqa: E402
@@ -265,7 +265,7 @@ def main() -> int:
                         "run": n,
                         "steps": rec["spec"]["steps"],
                         "logged_steps": rec["logged_steps"],
-                        "scrapes": rec["scrapes"],
+                        "series": to_columns(rec["scrapes"]),
                     }
                 )
             )

@@ -41,6 +41,18 @@ def parse_scrape(text: str, project: str, run: str) -> Scrape:
     return out
 
 
+def to_columns(scrapes: Sequence[Scrape]) -> dict[str, list[float | None]]:
+    """The scrapes as one list per series (None where a scrape lacked it): the recorded form on disk."""
+    keys = sorted({k for s in scrapes for k in s})
+    return {k: [s.get(k) for s in scrapes] for k in keys}
+
+
+def from_columns(columns: dict[str, list[float | None]]) -> list[Scrape]:
+    """:func:`to_columns` undone."""
+    n = max((len(v) for v in columns.values()), default=0)
+    return [{k: v[i] for k, v in columns.items() if v[i] is not None} for i in range(n)]  # type: ignore[misc]
+
+
 def _fmt(v: float | None) -> str:
     if v is None:
         return "_"

@@ -16,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
-from ew_prom import fired, minutes, promtool_test, replay  # noqa: E402
+from ew_prom import fired, from_columns, minutes, promtool_test, replay, to_columns  # noqa: E402
 
 SERIES = Path(__file__).parent / "data" / "ew_series"
 
@@ -37,6 +37,7 @@ def _load(name: str) -> dict:
 
 def _first_warning(name: str, tmp_path: Path) -> tuple[dict, dict[str, int]]:
     rec = _load(name)
+    rec["scrapes"] = from_columns(rec["series"])
     at = replay({rec["run"]: rec["scrapes"]}, REPO / "prometheus" / "rules.yml", tmp_path, _promtool())
     return rec, {alert: rec["logged_steps"][idx[0]] for alert, idx in at[rec["run"]].items()}
 
@@ -71,6 +72,8 @@ def test_the_replay_reads_promtools_report() -> None:
             ]
 """
     assert fired(report) == {("a-b", "HyperWatchNaNLoss"): [2, 63]}
+    scrapes = [{'x{run="r"}': 1.0}, {}, {'x{run="r"}': 2.0, 'y{run="r"}': 3.0}]
+    assert from_columns(to_columns(scrapes)) == scrapes
     group = promtool_test([{'x{run="r"}': 1.0}, {}, {'x{run="r"}': float("nan")}], ["A"])
     assert group["input_series"] == [{"series": 'x{run="r"}', "values": "1.0 _ NaN"}]
     assert [c["eval_time"] for c in group["alert_rule_test"]] == ["0m", "1m", "2m"]
