@@ -172,3 +172,20 @@ def test_output_z_survives_discovery_on_a_hugging_face_model() -> None:
     got = {p.step: p.value for p in sink.points if p.name == "output_z"}
     want = [float(torch.logsumexp(c, -1).square().mean()) for c in captured]
     assert got == {0: pytest.approx(want[0], rel=1e-5), 1: pytest.approx(want[1], rel=1e-5)}
+
+
+def test_output_z_sums_in_slices_match_float64_and_keep_nonfinite_rows() -> None:
+    torch.manual_seed(3)
+    logits = torch.randn(3, 700, 257) * 20  # more rows than one slice holds: several slices
+    total, n = heads.output_z_sums(logits)
+    want = torch.logsumexp(logits.double(), -1).square().sum()
+    assert n == 2100 and float(total[0]) == pytest.approx(float(want), rel=1e-6)
+    half, _ = heads.output_z_sums(logits.bfloat16())  # fp32 arithmetic on the bf16 values
+    assert float(half[0]) == pytest.approx(
+        float(torch.logsumexp(logits.bfloat16().double(), -1).square().sum()), rel=1e-5
+    )
+    bad = logits[0, :4].clone()
+    bad[1, 5] = math.nan
+    bad[2, 7] = math.inf
+    sums, _ = heads.output_z_sums(bad)
+    assert not math.isfinite(float(sums[0]))  # a diverged row is a training fact, never dropped
