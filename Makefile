@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/dashboard.py
 	$(BIN)/python bench/demo_threads.py
 	nice -n 10 $(BIN)/python bench/forecast.py
+	nice -n 10 $(BIN)/python bench/early_warning.py --out runs/bench/early_warning.json
 
 # schemathesis over the OpenAPI schema, all checks, write token, on SQLite and PostgreSQL: counts
 # responses >= 500 and 503s (fails on any). Measured: 300 examples = 7,600-7,900 cases per database

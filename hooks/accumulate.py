@@ -7,8 +7,10 @@ in ``host_counts`` (no device work, no synchronization), or, inside a ``torch.co
 added in-graph into their device slots.
 
 Every device value lives in one flat float64 buffer, ``flat``: the per-layer sums, the expert
-counts, a region for the host counts, then the run-level slots (loss sum and count, which are
-reduced, and the gradient norm, which is not). :meth:`Accumulator.pack` writes the host counts
+counts, a region for the host counts, then the run-level slots (loss sum and count, output Z sum
+and count, which are reduced, and the gradient norm, which is not), then the per-head maxima of the
+attention LSE (``heads``, (L, MAX_HEADS), outside the summed region: a maximum does not add; the
+monitor all-reduces them with MAX, see :mod:`hooks.heads`). :meth:`Accumulator.pack` writes the host counts
 in and returns the region that is all-reduced once across data-parallel ranks (sums and counts
 add); :meth:`Accumulator.take` copies the whole buffer to the host once (asynchronously into
 pinned memory on CUDA) and zeroes it; :meth:`Accumulator.unpack` turns the host copy into
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from hyperwatch.hooks import fused, indicators
+from hyperwatch.hooks import fused, heads, indicators
 
 # Device slots (sums, and counts that depend on the data).
 ATTN_Z, ATTN_Z_N, ROUTER_Z, ROUTER_Z_N, ATTN_SQ, ATTN_OUT, MLP_SQ, MLP_OUT, AUX = range(9)
@@ -31,9 +33,9 @@ N_SLOTS = 9
 # Host slots (counts that follow from shapes; *_ROWS: LSE rows known to have a softmax).
 ATTN_ELEMS, MLP_ELEMS, AUX_N, ATTN_Z_ROWS, ROUTER_Z_ROWS = range(5)
 N_HOST = 5
-# Run-level slots after the packed region: LOSS and LOSS_N are all-reduced, GRAD_NORM is not.
-LOSS, LOSS_N, GRAD_NORM = range(3)
-N_RUN = 3
+# Run-level slots after the packed region: LOSS .. OUT_Z_N are all-reduced, GRAD_NORM (last) is not.
+LOSS, LOSS_N, OUT_Z, OUT_Z_N, GRAD_NORM = range(5)
+N_RUN = 5
 
 
 def _slices(row: torch.Tensor) -> list[torch.Tensor]:
@@ -53,7 +55,9 @@ class LayerValues:
     mlp_outlier_ratio: float | None = None
     max_vio: float | None = None
     aux_loss: float | None = None
+    attention_lse_max: float | None = None
     expert_counts: list[float] = field(default_factory=list)
+    head_lse_max: list[float | None] = field(default_factory=list)  # per head (None: that head had no row)
 
     def items(self) -> list[tuple[str, float]]:
         out = []
@@ -66,10 +70,12 @@ class LayerValues:
             "mlp_outlier_ratio",
             "max_vio",
             "aux_loss",
+            "attention_lse_max",
         ):
             value = getattr(self, name)
             if value is not None:
                 out.append((name, value))
+        out += [(heads.head_name(h), v) for h, v in enumerate(self.head_lse_max) if v is not None]
         return out
 
 
@@ -86,7 +92,10 @@ class Accumulator:
         self.device = device
         n_sums, n_exp = n_layers * N_SLOTS, n_layers * max([1, *n_experts])
         self.packed_size = n_sums + n_exp + n_layers * N_HOST
-        self.flat = torch.zeros(self.packed_size + N_RUN, dtype=torch.float64, device=device)
+        self.heads_at = self.packed_size + N_RUN
+        self.flat = torch.zeros(self.heads_at + n_layers * heads.MAX_HEADS, dtype=torch.float64, device=device)
+        self.heads = self.flat[self.heads_at :].view(n_layers, heads.MAX_HEADS)
+        self.heads.fill_(-math.inf)  # "no row seen": a maximum starts below every LSE
         self.sums = self.flat[:n_sums].view(n_layers, N_SLOTS)
         self.experts = self.flat[n_sums : n_sums + n_exp].view(n_layers, max([1, *n_experts]))
         self._host = self.flat[n_sums + n_exp : self.packed_size]
@@ -119,10 +128,25 @@ class Accumulator:
         if every_row_attends:
             self._slot[layer][ATTN_Z].add_(indicators.lse_square_sum(lse))
             self._count(layer, ATTN_Z_ROWS, lse.numel())
+            self.add_head_lse_max(layer, lse)
             return
         total, n = indicators.z_sums(lse)
         self._slot[layer][ATTN_Z].add_(total)
         self._slot[layer][ATTN_Z_N].add_(n)
+        self.add_head_lse_max(layer, lse)
+
+    def add_head_lse_max(self, layer: int, lse: torch.Tensor) -> None:
+        """Raise the layer's per-head maxima to this LSE's (``lse``: (..., heads, queries))."""
+        per_head = heads.head_lse_max(lse)
+        view = self.heads[layer, : per_head.shape[0]]
+        view.copy_(torch.maximum(view, per_head.to(view.dtype)))
+
+    def add_output_logits(self, logits: torch.Tensor) -> None:
+        """Output Z: sum of LSE^2 over the vocabulary of every position, and the positions' count
+        (shape-derived; added on the device, a constant add: no synchronization)."""
+        total, n = heads.output_z_sums(logits)
+        self.run[OUT_Z].add_(total)
+        self.run[OUT_Z_N].add_(n)
 
     def add_router_logits(self, layer: int, logits: torch.Tensor) -> None:
         """Router Z: every token has a softmax over all its logits, so the row count is the shape's
@@ -203,10 +227,17 @@ class Accumulator:
 
     def reset(self) -> None:
         self.flat.zero_()
+        self.heads.fill_(-math.inf)
         self.host_counts[:] = 0
 
+    def output_z(self, flat: np.ndarray) -> float | None:
+        """Output Z of the step from the host copy of ``flat`` (None: no LM head was measured)."""
+        n = float(flat[self.packed_size + OUT_Z_N])
+        return float(flat[self.packed_size + OUT_Z]) / n if n > 0 else None
+
     def unpack(self, flat: np.ndarray) -> list[LayerValues]:
-        """Per-layer indicators from the (reduced) host copy of :meth:`pack`."""
+        """Per-layer indicators from the (reduced) host copy of :meth:`pack` (the whole of ``flat``:
+        the per-head maxima follow the run slots)."""
         L = self.n_layers
         n_sums, n_exp = self.sums.numel(), self.experts.numel()
         sums = flat[:n_sums].reshape(L, N_SLOTS)
@@ -239,5 +270,7 @@ class Accumulator:
                 if sum(counts) > 0:
                     v.expert_counts = counts
                     v.max_vio = indicators.max_vio(counts)
+            if flat.shape[0] > self.heads_at:
+                v.head_lse_max, v.attention_lse_max = heads.unpack_heads(flat, self.heads_at, layer)
             out.append(v)
         return out

@@ -41,6 +41,7 @@ from typing import Any
 from torch import nn
 
 from hyperwatch.hooks import mha
+from hyperwatch.hooks.heads import find_output_head
 
 ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention", "attn_layer")
 MLP_NAMES = ("mlp", "block_sparse_moe", "feed_forward", "ffn", "moe", "mlp_layer")
@@ -75,6 +76,7 @@ class ModelPlan:
     notes: dict[str, str] = field(default_factory=dict)  # how values are obtained, stored in the run config
     discover: bool = False  # refine the branches on the first logged forward (hooks.discovery)
     fixed: frozenset[str] = frozenset()  # branches named by globs: discovery leaves them as they are
+    output: nn.Module | None = None  # the LM head, whose logits give output_z (hooks.heads)
 
 
 BRANCH_KEYS = {
@@ -376,7 +378,9 @@ def discover(
         raise AdapterError(f"top_k: must be a positive integer (experts per token), got {top_k!r}")
     patterns_given = any(p is not None for p in (attention, mlp, router))
     if adapter == "pattern":
-        return pattern_plan(model, attention, mlp, router, top_k)
+        plan = pattern_plan(model, attention, mlp, router, top_k)
+        plan.output = find_output_head(model)
+        return plan
     if adapter == "bundled" and not _is_bundled(model):
         raise AdapterError("adapter='bundled': the model has no .blocks with .attn.capture_lse; use adapter='auto'")
     if adapter == "bundled":
@@ -388,11 +392,14 @@ def discover(
     else:
         plan = _auto_plan(model)
         if patterns_given and not plan.layers:
-            return pattern_plan(model, attention, mlp, router, top_k)
+            plan = pattern_plan(model, attention, mlp, router, top_k)
+            plan.output = find_output_head(model)
+            return plan
     if patterns_given:
         _override(plan, pattern_plan(model, attention, mlp, router, top_k), attention, mlp, router)
     if top_k is not None:
         for spec in plan.layers:
             if spec.router is not None and not spec.bundled:
                 spec.top_k = top_k
+    plan.output = find_output_head(model)
     return plan

@@ -42,6 +42,7 @@ from hyperwatch.hooks.probes import (
     Gate,
     InterceptProbe,
     KernelLseProbe,
+    OutputProbe,
     Probe,
     RouterProbe,
 )
@@ -136,6 +137,8 @@ class Monitor:
         self.probes: list[Probe] = []
         self._chunk_elements = chunk_elements
         self._install(chunk_elements)
+        if plan.output is not None:  # measures discovery's forward too, and is kept across it
+            self.probes.append(OutputProbe(self.acc, self.gate, plan.output, self._report))
         if plan.discover:
             self.probes.append(
                 DiscoveryProbe(
@@ -220,6 +223,8 @@ class Monitor:
         z = tracer.sums.get(spec.attention) if spec.attention is not None else None
         if z is not None and z.z is not None:
             self.acc.add_attention_z_totals(spec.index, z.z.to(self.device))
+            for lse in z.lse:
+                self.acc.add_head_lse_max(spec.index, lse.to(self.device))
 
     def _adopt_static(self) -> None:
         """No discovery (failed, or every forward compiled): the adapter's gaps by name stand."""
@@ -397,6 +402,8 @@ class Monitor:
         reduced = acc.pack()
         if self.distributed:
             dist.all_reduce(reduced, group=self.process_group)
+            if acc.n_layers:  # maxima do not add: the per-head LSE maxima take their own (small) collective
+                dist.all_reduce(acc.heads, op=dist.ReduceOp.MAX, group=self.process_group)
         gn: Scalar | None = grad_norm
         if gn is None and self.auto_grad_norm:
             gn = self._grad_norm()
@@ -430,7 +437,7 @@ class Monitor:
         weight_names: list[tuple[int, str]],
     ) -> None:
         n = self.acc.packed_size
-        layers = self.acc.unpack(flat[:n])
+        layers = self.acc.unpack(flat[: self.acc.flat.numel()])
         loss_sum, loss_n = float(flat[n + LOSS]), float(flat[n + LOSS_N])
         pos = n + GRAD_NORM
         points: list[Point] = []
@@ -442,7 +449,10 @@ class Monitor:
             points.append(Point("lr", step, float(lr), tokens=tokens))
         if has_gn:
             points.append(Point("grad_norm", step, float(flat[pos]), tokens=tokens))
-        pos += 1
+        output_z = self.acc.output_z(flat)
+        if output_z is not None:
+            points.append(Point("output_z", step, output_z, tokens=tokens))
+        pos = self.acc.flat.numel()  # the weight norms follow the accumulator's buffer
         if tokens is not None:
             points.append(Point("tokens", step, float(tokens), tokens=tokens))
         for (layer, name), value in zip(weight_names, flat[pos : pos + len(weight_names)]):

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from hyperwatch.hooks import indicators
+from hyperwatch.hooks import heads, indicators
 from hyperwatch.hooks.accumulate import Accumulator
 from hyperwatch.hooks.intercept import AttentionZMode, guarded
 
@@ -359,3 +359,32 @@ class BundledMoEProbe(Probe):
             aux = getattr(module, "aux_loss", None)
             if isinstance(aux, torch.Tensor):
                 self.acc.add_aux_loss(self.layer, aux)
+
+
+class OutputProbe(Probe):
+    """Output Z of the LM head: LSE over the vocabulary of each position's logits (a forward hook).
+
+    ``layer`` is -1: a run-level value (``output_z``), reported without a layer.
+    """
+
+    keys = ("output_z",)
+    during_discovery = True  # measures the traced forward too, and is kept when discovery replaces the probes
+
+    def __init__(self, acc: Accumulator, gate: Gate, module: nn.Module, report: Report = ignore) -> None:
+        super().__init__(acc, gate, -1, report)
+        self.module = module
+
+    def register(self) -> list[RemovableHandle]:
+        return [self.module.register_forward_hook(self._hook)]
+
+    def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.live():
+            self.guard(lambda: self._measure(output))
+
+    def _measure(self, output: Any) -> None:
+        logits = heads.first_logits(output)
+        if logits is None or not logits.is_floating_point() or logits.dim() < 1 or logits.numel() == 0:
+            self.report("output_z", f"{type(self.module).__name__} returned no floating-point logits tensor")
+            return
+        with torch.no_grad():
+            self.acc.add_output_logits(logits)

@@ -46,6 +46,14 @@ class MetricSpec:
 
 _SPECS = [
     MetricSpec("attention_z", True, "logit^2", "mean over (batch, head, query) of LSE(attention scores)^2"),
+    MetricSpec(
+        "attention_lse_max",
+        True,
+        "logit",
+        "max over queries of the attention LSE; per head as attention_lse_max.h<k>, the layer's max over heads "
+        "without a qualifier (the max logit lies in [value - log T, value])",
+    ),
+    MetricSpec("output_z", False, "logit^2", "mean over positions of LSE(LM head logits over the vocabulary)^2"),
     MetricSpec("router_z", True, "logit^2", "mean over tokens of LSE(router logits over all routed experts)^2"),
     MetricSpec("attention_rms", True, "activation", "RMS of the attention branch output (after residual mult)"),
     MetricSpec("mlp_rms", True, "activation", "RMS of the MLP or MoE branch output (after residual mult)"),
@@ -88,6 +96,20 @@ class SchemaError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+
+
+_HEAD_RE = re.compile(r"^attention_lse_max\.h(\d+)\Z")
+
+
+def head_name(head: int) -> str:
+    """The wire name of one attention head's max LSE: ``attention_lse_max.h3`` (layer in ``layer``)."""
+    return f"attention_lse_max.h{head}"
+
+
+def head_of(name: str) -> int | None:
+    """The head index of a per-head name, None for any other name."""
+    m = _HEAD_RE.match(name)
+    return int(m.group(1)) if m else None
 
 
 def base_name(name: str) -> str:

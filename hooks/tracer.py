@@ -96,6 +96,7 @@ class Measured:
     branch: torch.Tensor | None = None  # (2,) float64: sum of squares, 5-sigma outliers
     elements: int = 0
     z: torch.Tensor | None = None  # (2,): sum of LSE^2 over rows with a softmax, and their count
+    lse: list[torch.Tensor] = field(default_factory=list)  # the LSEs themselves, for the per-head maxima
 
 
 class Tracer(AttentionZMode):
@@ -189,6 +190,7 @@ class Tracer(AttentionZMode):
         z = torch.stack([total, n.to(total.dtype)])
         m = self.sums.setdefault(module, Measured())
         m.z = z if m.z is None else m.z + z
+        m.lse.append(lse.detach())
 
     # -- every call --
     def __torch_function__(

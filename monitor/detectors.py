@@ -1,4 +1,9 @@
-"""The service's own alerting: the same spike, NaN and MaxVio rules as prometheus/rules.yml.
+"""The service's own alerting: the same rules as prometheus/rules.yml.
+
+The trend rules (``logit_ceiling``, ``z_growth``, ``loss_spike``, ``grad_norm_spike``) live in
+:mod:`monitor.detect.trends`; the defaults of every rule in :mod:`monitor.detect.defaults`. What
+the rules raise is grouped into incidents (one per run, rule and episode) by the store
+(:mod:`monitor.store.incidents`).
 
 For users without Prometheus, every ingested batch runs through these detectors and what they find
 is stored as alert events (listed by ``GET /api/v1/alerts`` and drawn on the dashboards).
@@ -28,27 +33,17 @@ import numpy as np
 
 from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import MAX_LAYER, Point, base_name, encode_value
+from hyperwatch.monitor.detect.defaults import DEFAULT_THRESHOLDS, thresholds_for
+from hyperwatch.monitor.detect.heads import is_head
+from hyperwatch.monitor.detect.trends import detect_trends
 from hyperwatch.monitor.store.base import Store, WindowReader
 from hyperwatch.monitor.store.entities import NewAlert
 
-DEFAULT_THRESHOLDS: dict[str, float] = {
-    "spike_window": 50,
-    "spike_min_points": 10,
-    "spike_mad_multiple": 8.0,
-    "spike_min_relative": 0.5,
-    "attention_z_min": 100.0,
-    "router_z_min": 50.0,
-    "max_vio_limit": 2.0,
-}
+__all__ = ["DEFAULT_THRESHOLDS", "detect", "is_spike", "step_baseline", "thresholds_for"]
+
 SPIKE_METRICS = ("attention_z", "router_z")
 LOSS_METRICS = ("loss", "val_loss")
 MAD_TO_SIGMA = 1.4826
-
-
-def thresholds_for(group_thresholds: dict[str, Any] | None) -> dict[str, float]:
-    merged = dict(DEFAULT_THRESHOLDS)
-    merged.update({k: float(v) for k, v in (group_thresholds or {}).items() if v is not None})
-    return merged
 
 
 def _median(ordered: Sequence[float]) -> float:
@@ -143,9 +138,12 @@ def detect(
     """
     th = thresholds_for(group_thresholds)
     alerts: list[NewAlert] = []
-    flagged, candidates = _flagged(PointColumns.of(points), th)
+    cols = PointColumns.of(points)
+    flagged, candidates = _flagged(cols, th)
     for p in flagged:
         base = base_name(p.name)
+        if is_head(p.name):
+            continue  # a non-finite head makes its layer's attention_lse_max non-finite: one alert there
         if not math.isfinite(p.value):
             rule = "nan_loss" if base in LOSS_METRICS else "nonfinite_value"
             where = "" if p.layer is None else f" in layer {p.layer}"
@@ -207,6 +205,7 @@ def detect(
             history.append(p.value)
             if math.isfinite(p.value):
                 insort(ordered, p.value)
+    alerts += detect_trends(store, run_id, cols, th)
     return alerts
 
 

@@ -64,6 +64,28 @@ RUN_GAUGES: dict[str, tuple[str, str]] = {
     "attention_outlier_ratio": ("attention_outlier_ratio_max", "Latest attention output outlier ratio (0..1)"),
     "mlp_outlier_ratio": ("mlp_outlier_ratio_max", "Latest MLP/MoE output outlier ratio (0..1)"),
     "loss": ("loss_nats", "Latest training loss (nats)"),
+    "attention_lse_max": ("attention_lse_max_max", "Latest max attention LSE, max over heads and layers (logit)"),
+    "output_z": ("output_z", "Latest output Z-value of the LM head (logit^2)"),
+    "grad_norm": ("grad_norm", "Latest global gradient norm"),
+}
+RUN_LEVEL = frozenset({"loss", "output_z", "grad_norm"})
+"""Run-level metrics: no ``hyperwatch_layer_*`` family. The per-head ``attention_lse_max.h<k>`` names
+are no gauges at all (only the layer's max over heads is): the store keeps the heads."""
+
+
+TREND_GAUGES: dict[str, tuple[str, str]] = {
+    # threshold (monitor.detect.defaults) -> (gauge suffix, help)
+    "attention_lse_max_limit": ("logit_ceiling", "The group threshold attention_lse_max_limit (logit)"),
+    "growth_factor": ("growth_log_factor", "ln of the group threshold growth_factor: the fitted rise of a climb"),
+    "attention_z_growth_floor": ("attention_z_growth_floor", "The group threshold attention_z_growth_floor"),
+    "attention_lse_max_growth_floor": (
+        "attention_lse_max_growth_floor",
+        "The group threshold attention_lse_max_growth_floor",
+    ),
+    "output_z_growth_floor": ("output_z_growth_floor", "The group threshold output_z_growth_floor"),
+    "router_z_growth_floor": ("router_z_growth_floor", "The group threshold router_z_growth_floor"),
+    "sigma_spike_multiple": ("sigma_spike_multiple", "The group threshold sigma_spike_multiple (loss, grad norm)"),
+    "sigma_spike_min_relative": ("sigma_spike_min_relative", "The group threshold sigma_spike_min_relative"),
 }
 
 
@@ -92,8 +114,31 @@ class RunCollector(Collector):
         yield from self._latest(latest)
         try:
             yield from self._spike_baselines(latest)
+            yield from self._trend_thresholds(latest)
         except MonitorError as exc:
             log.warning("spike baselines skipped: %s", exc)
+
+    def _trend_thresholds(self, latest: list[LatestValue]) -> list[GaugeMetricFamily]:
+        """Per active run: its group's thresholds of the trend rules (prometheus/rules.yml reads them)."""
+        labels = ["project", "run"]
+        fams = {
+            key: GaugeMetricFamily(f"hyperwatch_run_{name}", help_, labels=labels)
+            for key, (name, help_) in TREND_GAUGES.items()
+        }
+        groups: dict[int | None, dict[str, float]] = {}
+        done: set[tuple[str, str]] = set()
+        for lv in latest:
+            if (lv.project, lv.run) in done:
+                continue
+            done.add((lv.project, lv.run))
+            if lv.group_id not in groups:
+                groups[lv.group_id] = thresholds_for(
+                    self.store.get_group(lv.group_id).thresholds if lv.group_id else None
+                )
+            th = groups[lv.group_id]
+            for key, fam in fams.items():
+                fam.add_metric([lv.project, lv.run], math.log(th[key]) if key == "growth_factor" else th[key])
+        return list(fams.values())
 
     def _spike_baselines(self, latest: list[LatestValue]) -> list[GaugeMetricFamily]:
         """Per run and spike metric: the step-space baseline and the group's thresholds."""
@@ -162,7 +207,7 @@ class RunCollector(Collector):
                 f"hyperwatch_layer_{m}", f"Latest {m} per layer (runs with export_layers)", labels=[*labels, "layer"]
             )
             for m in RUN_GAUGES
-            if m != "loss"
+            if m not in RUN_LEVEL
         }
         nan_flag = GaugeMetricFamily(
             "hyperwatch_run_nan", "1 when the run's latest loss or any latest indicator is NaN or +-Inf", labels=labels

@@ -244,7 +244,7 @@ _LIMIT = "the indicator's limit: the forecast says at which model size its peak 
 
 
 class Thresholds(Strict):
-    """Detector settings of a group (defaults in monitor.detectors.DEFAULT_THRESHOLDS); finite numbers."""
+    """Detector settings of a group (defaults in monitor/detect/defaults.py, DEFAULT_THRESHOLDS); finite numbers."""
 
     spike_window: int | None = Field(default=None, ge=5, le=10_000, description="trailing points of the baseline")
     spike_min_points: int | None = Field(default=None, ge=3, le=10_000)
@@ -261,6 +261,23 @@ class Thresholds(Strict):
     max_vio_limit: float | None = Field(
         default=None, gt=0, allow_inf_nan=False, description="MaxVio above this is a collapse"
     )
+    # the trend rules (monitor/detect/defaults.py, issue 21)
+    attention_lse_max_limit: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="logit ceiling of a head's max attention LSE"
+    )
+    growth_window: int | None = Field(default=None, ge=3, le=10_000, description="logged points of a growth fit")
+    growth_min_points: int | None = Field(default=None, ge=2, le=10_000)
+    growth_factor: float | None = Field(
+        default=None, gt=1, allow_inf_nan=False, description="fitted rise over the window that is a climb"
+    )
+    attention_z_growth_floor: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    attention_lse_max_growth_floor: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    output_z_growth_floor: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    router_z_growth_floor: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    sigma_spike_window: int | None = Field(default=None, ge=5, le=10_000, description="trailing values of a loss spike")
+    sigma_spike_min_points: int | None = Field(default=None, ge=3, le=10_000)
+    sigma_spike_multiple: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    sigma_spike_min_relative: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     # the thresholds a forecast crosses (monitor.forecasts.DEFAULT_LIMITS: attention Z 1000, MaxVio above)
     attention_z_limit: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=_LIMIT)
     router_z_limit: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=_LIMIT)

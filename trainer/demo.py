@@ -1,7 +1,7 @@
 """``hyperwatch demo``: the main job in one command: an instability caught live, across scales.
 
 1. starts the service on a SQLite file (schema upgraded first), bound to localhost, creates the two
-   groups (with the demo's detector thresholds) and prints the dashboard URLs before anything trains;
+   groups (with the default detector thresholds) and prints the dashboard URLs before anything trains;
 2. starts Prometheus and Alertmanager as child processes when they are installed (Debian's
    ``prometheus`` and ``prometheus-alertmanager``): Prometheus scrapes the service and evaluates
    ``prometheus/rules.yml`` (every ``for:`` shortened; the Z-spike baseline is counted in steps, so
@@ -13,9 +13,9 @@
    - ``configs/cpu/demo_hyperp.toml``: MuonH + HyperP with QK-Norm, whose indicators stay bounded
      and do not grow with depth (verdict "transferable");
    - ``configs/cpu/demo_baseline.toml``: MuonH without HyperP (no LR transfer across depth) and
-     without QK-Norm at a too-high learning rate, whose attention Z-value explodes (a ``z_spike``
-     alert from the service's detector and a firing ``HyperWatchAttentionZSpike`` delivered by
-     Alertmanager) and grows with depth ("breaks");
+     without QK-Norm at a too-high learning rate, whose attention Z-value explodes (incidents
+     from the service's detectors, e.g. ``logit_ceiling`` and ``z_growth``, and firing Prometheus
+     rules delivered by Alertmanager) and grows with depth ("breaks");
 
    each run prints a live line per logged step (step/total, loss, attention Z, tokens/s, ETA),
    also written to its ``train.log``;
@@ -48,13 +48,10 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "cpu"
 DEMO_SWEEPS = (CONFIGS / "demo_hyperp.toml", CONFIGS / "demo_baseline.toml")
 FAST_TOKENS = 131072  # 16 steps of 8192 tokens
 FAST_DEPTHS = (2, 4)
-DEMO_THRESHOLDS = {"spike_window": 20, "spike_min_points": 4, "spike_mad_multiple": 3.0, "spike_min_relative": 0.5}
-"""The spike thresholds on demo time scales: a verdict after 4 logged steps instead of 10, over the
-last 20 steps instead of 50, and a jump of 3 robust deviations instead of 8 (a blow-up within a few
-steps has a noisy baseline). They drive both the service detector and the Prometheus rule (the
-service exports a group's thresholds and step-space baseline beside each run's gauges). The same
-for both arms, so the recipe that does not fire is judged by the same rule; the absolute minimum
-(attention Z >= 100) is the default."""
+DEMO_THRESHOLDS: dict[str, float] = {}
+"""No demo-only thresholds (issue 21): the demo's groups use the defaults of
+monitor/detect/defaults.py, so what the demo shows is what a user's run gets. The logit ceiling and
+the growth rule need no long history, so the demo's blow-up is warned on its time scale with them."""
 
 
 def sparkline(values: list[float], width: int = 50) -> str:

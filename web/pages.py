@@ -120,11 +120,15 @@ def alerts_page(assets: dict[str, str]) -> str:
     body = """<h1>Alerts</h1>
 <form id="filters" class="filters">
 <label>Run id <input name="run_id" type="number" min="1" step="1"></label>
-<label>Kind <select name="rule"><option value="">any</option><option>z_spike</option><option>nan_loss</option>
+<label>Kind <select name="rule"><option value="">any</option><option>logit_ceiling</option><option>z_growth</option>
+<option>z_spike</option><option>loss_spike</option><option>grad_norm_spike</option><option>nan_loss</option>
 <option>nonfinite_value</option><option>max_vio_collapse</option><option>forecast_band</option></select></label>
 <label>Project <input name="project" autocomplete="off"></label>
 <button type="submit">Filter</button></form>
 <div id="timeline" class="fig"></div>
-<table id="alerts-table" class="grid"><thead><tr><th>Raised</th><th>Run</th><th>Kind</th><th>Source</th>
-<th>Severity</th><th>Indicator</th><th>Step</th><th>Value</th><th>Message</th></tr></thead><tbody></tbody></table>"""
+<h2>Incidents</h2>
+<p class="sub">One row per run, kind and episode; ▸ shows its layers, heads, steps and the usual remedies.</p>
+<table id="alerts-table" class="grid"><thead><tr><th>Last active</th><th>Run</th><th>Kind</th><th>Source</th>
+<th>Severity</th><th>Indicator</th><th>Steps</th><th>Peak</th><th>Events</th><th>Message</th></tr></thead>
+<tbody></tbody></table>"""
     return _shell("Alerts", "alerts.js", body, assets)

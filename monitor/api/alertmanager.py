@@ -22,6 +22,12 @@ PROMETHEUS_METRICS: dict[str, str] = {
     "HyperWatchNaNLoss": "loss",
     "HyperWatchMaxVioCollapse": "max_vio",
     "HyperWatchRunStale": "loss",
+    "HyperWatchLogitCeiling": "attention_lse_max",
+    "HyperWatchAttentionZCeiling": "attention_z",
+    "HyperWatchAttentionZGrowth": "attention_z",
+    "HyperWatchOutputZGrowth": "output_z",
+    "HyperWatchLossSpike": "loss",
+    "HyperWatchGradNormSpike": "grad_norm",
 }
 Labelled = tuple[Mapping[str, str], Mapping[str, str]]  # an alert's labels and annotations
 

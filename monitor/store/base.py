@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import Point
@@ -23,6 +23,9 @@ from hyperwatch.monitor.store.entities import (
     Series,
     SeriesInfo,
 )
+
+if TYPE_CHECKING:
+    from hyperwatch.monitor.store.incidents import Incident
 
 
 class WindowReader(Protocol):
@@ -164,6 +167,18 @@ class Store(ABC):
         limit: int = 100,
         offset: int = 0,
     ) -> list[Alert]: ...
+
+    @abstractmethod
+    def list_incidents(
+        self,
+        run_id: int | None = None,
+        project: str | None = None,
+        group_id: int | None = None,
+        rule: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Incident]:
+        """Incidents (alert events grouped per run, rule and episode), most recently active first."""
 
     @abstractmethod
     def latest_for_active_runs(self) -> list[LatestValue]: ...

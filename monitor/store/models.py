@@ -315,3 +315,33 @@ class AlertEventRow(Base):
     message: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     source: Mapped[str] = mapped_column(String(16), server_default="service")  # "service" | "prometheus"
+
+
+class IncidentRow(Base):
+    """What the alert events of one run, rule and episode add up to (migration 0008; monitor.store.incidents).
+
+    ``layers``, ``heads`` and ``steps`` are JSON lists (``heads`` as ``"layer:head"``), kept short:
+    the steps are capped (:data:`monitor.store.incidents.MAX_STEPS`), ``events`` counts them all.
+    ``peak_value`` NULL is NaN, as in every value column here.
+    """
+
+    __tablename__ = "incidents"
+    __table_args__ = (Index("ix_incidents_run_id_rule_source_last_step", "run_id", "rule", "source", "last_step"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    rule: Mapped[str] = mapped_column(String(64))
+    source: Mapped[str] = mapped_column(String(16))
+    severity: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(128))
+    first_step: Mapped[int] = mapped_column(BigInteger)
+    last_step: Mapped[int] = mapped_column(BigInteger)
+    events: Mapped[int] = mapped_column(Integer)
+    first_value: Mapped[float | None] = mapped_column(Double, nullable=True)
+    peak_value: Mapped[float | None] = mapped_column(Double, nullable=True)
+    baseline: Mapped[float | None] = mapped_column(Double, nullable=True)
+    layers: Mapped[str] = mapped_column(Text)
+    heads: Mapped[str] = mapped_column(Text)
+    steps: Mapped[str] = mapped_column(Text)
+    message: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

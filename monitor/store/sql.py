@@ -24,6 +24,7 @@ from hyperwatch.monitor.store.entities import (
     Run,
 )
 from hyperwatch.monitor.store.hot import HotVacuum
+from hyperwatch.monitor.store.incidents import IncidentsMixin
 from hyperwatch.monitor.store.ingest import LatestSteps
 from hyperwatch.monitor.store.models import (
     GroupRow,
@@ -49,7 +50,7 @@ def _run_not_found(project: str, name: str) -> NotFoundError:
     )
 
 
-class SqlStore(SeriesMixin, Store):
+class SqlStore(IncidentsMixin, SeriesMixin, Store):
     def __init__(self, url_or_engine: str | Engine, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         if isinstance(url_or_engine, str):
             self.engine = make_engine(url_or_engine, busy_timeout_ms)

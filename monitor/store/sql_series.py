@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection, Engine
 from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import downsample as ds
+from hyperwatch.monitor.store import incidents
 from hyperwatch.monitor.store.base import Detector, DetectorFor
 from hyperwatch.monitor.store.engine import managed, retry_busy
 from hyperwatch.monitor.store.entities import (
@@ -270,7 +271,9 @@ class SeriesMixin:
             if key in inserted:
                 inserted.discard(key)  # a second alert of the request with the same key was not stored
                 new.append(i)
-        return [alerts[i] for i in sorted(new)]  # in the detector's order
+        stored = [alerts[i] for i in sorted(new)]  # in the detector's order
+        incidents.record(conn, run_id, stored)  # grouped in the same transaction (issue 21)
+        return stored
 
     def list_alerts(
         self,

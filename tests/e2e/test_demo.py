@@ -3,9 +3,9 @@ in headless Chromium.
 
 Two arms across depths 2 and 4 stream into the service: MuonH + HyperP with QK-Norm (attention Z
 bounded: "transferable") and vanilla MuonH without QK-Norm at a too-high LR (attention Z explodes
-and grows with depth: "breaks", z_spike alerts from the service's detector and, with Prometheus
-and Alertmanager, HyperWatchAttentionZSpike delivered to the webhook). Screenshots of every page
-go to test-artifacts/e2e/.
+and grows with depth: "breaks", incidents from the service's detectors and, with Prometheus and
+Alertmanager, the rules delivered to the webhook), all on the default thresholds (issue 21).
+Screenshots of every page go to test-artifacts/e2e/.
 """
 
 from __future__ import annotations
@@ -82,9 +82,13 @@ def test_fast_demo_catches_the_instability_live_across_scales(tmp_path: Path) ->
         assert max(verdicts["demo-hyperp-fast"]["attention_z"]["peak"]["values"]) < 100
 
         alerts = client.get("/api/v1/alerts", params={"limit": 1000}).json()
-        service = [a for a in alerts if a["source"] == "service" and a["rule"] == "z_spike"]
+        service = [a for a in alerts if a["source"] == "service"]
+        print("demo alerts (source, run, rule, name, step):",
+              sorted({(a["source"], a["run"], a["rule"], a["name"], a["step"]) for a in alerts}))  # fmt: skip
         assert service and all(a["run"].startswith("demo-baseline") for a in service), alerts[:3]
         assert not [a for a in alerts if a["run"].startswith("demo-hyperp")]
+        incidents = client.get("/api/v1/incidents", params={"limit": 1000}).json()
+        assert incidents and len(incidents) < len(alerts)  # grouped: a few incidents, not one per event
         # Prometheus and Alertmanager ran beside the demo (scripts/system-deps.sh installs them) and
         # the production rule fired from the demo's own training: its baseline is counted in steps,
         # so a slow or loaded machine makes no difference. Only the baseline arm's runs fire.
@@ -92,8 +96,7 @@ def test_fast_demo_catches_the_instability_live_across_scales(tmp_path: Path) ->
         assert "Prometheus http://127.0.0.1:" in out
         prom = [a for a in alerts if a["source"] == "prometheus"]
         assert prom, f"no Prometheus alert arrived; alerts by source: {sorted({a['source'] for a in alerts})}"
-        assert all(a["run"].startswith("demo-baseline") and a["rule"] == "HyperWatchAttentionZSpike" for a in prom)
-        assert all(a["name"] == "attention_z" and a["value"] >= 100 for a in prom), prom
+        assert all(a["run"].startswith("demo-baseline") and a["rule"].startswith("HyperWatch") for a in prom), prom
         spiky = service[-1]["run_id"]
     check_pages(db, groups, spiky, sentences)
 

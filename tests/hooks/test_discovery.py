@@ -207,6 +207,8 @@ def test_a_branch_that_is_no_module_output_is_named_with_the_reason() -> None:
     assert set(mon.unavailable) == {"mlp_rms", "mlp_outlier_ratio"}
     assert "result of pad" in mon.unavailable["mlp_rms"]
     got = per_layer(sink)
-    assert set(got[0]) == {"attention_z", "attention_rms", "attention_outlier_ratio"}
+    heads = {n for n in got[0] if n.startswith("attention_lse_max")}  # the per-head ceilings (issue 21)
+    assert set(got[0]) - heads == {"attention_z", "attention_rms", "attention_outlier_ratio"}
+    assert "attention_lse_max" in heads and "attention_lse_max.h0" in heads
     want = float((0.5 * outputs[0]).square().mean().sqrt())  # what the residual receives of it
     assert got[1]["attention_rms"] == pytest.approx(want, rel=1e-6)

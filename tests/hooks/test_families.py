@@ -106,6 +106,12 @@ def reference(name: str) -> dict[int, dict[str, float]]:
         if "scores" in got:
             lse = torch.logsumexp(got["scores"][0], dim=-1)
             values["attention_z"] = float(lse[lse > -1e30].square().mean())
+            # per head (dim -2 of the LSE): the max over every query that has a softmax
+            per_head = lse.masked_fill(lse <= -1e30, -math.inf).movedim(-2, 0).reshape(lse.shape[-2], -1).amax(1)
+            for h, v in enumerate(per_head.tolist()):
+                if v > -math.inf:
+                    values[f"attention_lse_max.h{h}"] = v
+            values["attention_lse_max"] = float(per_head.max())
         if "router" in got:
             logits = torch.cat([x.reshape(-1, x.shape[-1]) for x in got["router"]])
             values["router_z"] = float(torch.logsumexp(logits, -1).square().mean())

@@ -1,4 +1,8 @@
-"""Alert events: those raised by the service's detectors, and those Prometheus fires.
+"""Alert events: those raised by the service's detectors, and those Prometheus fires; and incidents.
+
+``GET /api/v1/incidents`` lists what the events add up to: one incident per run, rule, source and
+episode (monitor/store/incidents.py), each explaining itself: what rose, by how much, since which
+step, which layers and heads, the usual remedies and a link to the run page at that step.
 
 ``POST /api/v1/alerts/prometheus`` is an Alertmanager webhook receiver (``webhook_configs``): each
 firing alert whose labels name a known ``project`` and ``run`` is stored as an alert event of
@@ -10,6 +14,7 @@ Resolved notifications and alerts about unknown runs are listed in the reply, no
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -17,10 +22,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hyperwatch.monitor.api.alertmanager import store_firing
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
-from hyperwatch.monitor.schemas import AlertOut
+from hyperwatch.monitor.detect import explain
+from hyperwatch.monitor.schemas import AlertOut, WireFloat
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["alerts"])
+
+RULES = (
+    "logit_ceiling, z_growth, z_spike, loss_spike, grad_norm_spike, nan_loss, nonfinite_value, "
+    "max_vio_collapse, forecast_band, or a Prometheus alert name (HyperWatch...)"
+)
 
 
 @router.get("/alerts", response_model=list[AlertOut], dependencies=[ReadAuth], summary="Alert events, newest first")
@@ -30,12 +41,74 @@ def list_alerts(
     run_id: int | None = None,
     project: str | None = None,
     group_id: int | None = None,
-    rule: Annotated[str | None, Query(description="z_spike, nan_loss, nonfinite_value, max_vio_collapse")] = None,
+    rule: Annotated[str | None, Query(description=RULES)] = None,
     limit: Annotated[int, Query(ge=1)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> list[AlertOut]:
     found = store.list_alerts(run_id, project, group_id, rule, min(limit, settings.max_page_size), offset)
     return [AlertOut.model_validate(a) for a in found]
+
+
+class HeadOut(BaseModel):
+    layer: int
+    head: int
+
+
+class IncidentOut(BaseModel):
+    """One incident: the alert events of a run, rule and episode, explained."""
+
+    id: int
+    run_id: int
+    run: str
+    project: str
+    rule: str
+    source: str = Field(description='"service" (the detectors) or "prometheus" (Alertmanager webhook)')
+    severity: str
+    name: str = Field(description="the metric of the incident's first event")
+    first_step: int
+    last_step: int
+    events: int = Field(description="alert events grouped here")
+    first_value: WireFloat
+    peak_value: WireFloat = Field(description="the worst value of its events (NaN counts as the worst)")
+    baseline: float | None = Field(description="the first event's baseline (its trailing level, or the limit)")
+    layers: list[int]
+    heads: list[HeadOut]
+    steps: list[int] = Field(description="the events' steps (the first 200)")
+    message: str = Field(description="the first event's message")
+    summary: str = Field(description="what rose, by how much, since which step, where")
+    remedies: list[str]
+    link: str = Field(description="the run page at the incident's first step")
+    created_at: datetime
+    updated_at: datetime
+
+
+@router.get(
+    "/incidents",
+    response_model=list[IncidentOut],
+    dependencies=[ReadAuth],
+    summary="Incidents: alert events grouped per run, rule and episode, most recently active first",
+)
+def list_incidents(
+    store: StoreDep,
+    settings: SettingsDep,
+    run_id: int | None = None,
+    project: str | None = None,
+    group_id: int | None = None,
+    rule: Annotated[str | None, Query(description=RULES)] = None,
+    limit: Annotated[int, Query(ge=1)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[IncidentOut]:
+    found = store.list_incidents(run_id, project, group_id, rule, min(limit, settings.max_page_size), offset)
+    return [
+        IncidentOut(
+            **{k: v for k, v in vars(i).items() if k != "heads"},
+            heads=[HeadOut(layer=layer, head=head) for layer, head in i.heads],
+            summary=explain.summary(i),
+            remedies=explain.remedies(i),
+            link=explain.run_link(i),
+        )
+        for i in found
+    ]
 
 
 class AlertmanagerAlert(BaseModel):

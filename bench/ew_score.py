@@ -1,0 +1,234 @@
+"""Scoring of the early-warning benchmark: pure functions over loss curves and first-warning steps.
+
+Ground truth comes from the loss alone, never from an indicator under test:
+
+- a run's *final loss* is the mean of its last ``tail`` fraction of per-step training losses;
+- a run **went wrong** when any of its losses is non-finite, or its final loss is worse than its
+  healthy twin's by more than ``margin`` nats. The twin is the best (finite) run of the cell's
+  healthy arm (same scenario, same model source, a safe LR, several seeds);
+- its **departure** is the first step from which its loss, averaged over a trailing ``smooth`` steps,
+  stays above the twin's by more than ``depart`` nats (0.05) to the end, or is non-finite.
+
+Per alert source (service detectors, Prometheus rules) a run's first warning step is scored:
+``lead_frac`` = first warning step / steps trained (the target: <= 0.25 for every run that went
+wrong), ``lead_steps`` = departure step - first warning step (> 0: warned before the loss departed),
+and a warning on a run that did not go wrong is a false alarm.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+TARGET_FRAC = 0.25
+
+
+@dataclass
+class RunResult:
+    """One run as the scorer sees it: its cell, its per-step losses and, per source, its first warning step."""
+
+    name: str
+    scenario: str
+    source: str
+    steps: int
+    losses: list[float]
+    first_warning: dict[str, int | None] = field(default_factory=dict)  # alert source -> step (None: never)
+
+    @property
+    def cell(self) -> str:
+        return f"{self.scenario}/{self.source}"
+
+
+@dataclass
+class Truth:
+    """What the loss says about one run."""
+
+    final: float
+    wrong: bool
+    departure: int | None  # first step the loss departs from the twin's by ``depart`` nats
+    twin: str
+
+
+def final_loss(losses: Sequence[float], tail: float = 0.1) -> float:
+    """Mean of the last ``tail`` fraction of the losses; NaN when any loss is non-finite."""
+    if not losses:
+        raise ValueError("final_loss: no losses (the run trained no step)")
+    if any(not math.isfinite(v) for v in losses):
+        return math.nan
+    n = max(1, round(len(losses) * tail))
+    return sum(losses[-n:]) / n
+
+
+def trailing_mean(losses: Sequence[float], smooth: int) -> list[float]:
+    """Mean over the trailing ``smooth`` steps (fewer at the start); non-finite stays non-finite."""
+    out: list[float] = []
+    for i in range(len(losses)):
+        window = losses[max(0, i - smooth + 1) : i + 1]
+        out.append(sum(window) / len(window))
+    return out
+
+
+def departure_step(
+    losses: Sequence[float], twin: Sequence[float], depart: float = 0.05, smooth: int = 10
+) -> int | None:
+    """First step from which the smoothed loss stays above the twin's by more than ``depart`` to the
+    end of the run (a sustained departure, not early noise between inits), or is non-finite."""
+    mine, theirs = trailing_mean(losses, smooth), trailing_mean(twin, smooth)
+    n = min(len(mine), len(theirs))
+    if n < len(mine):  # the twin stopped early (non-finite): compare where both exist
+        mine = mine[:n]
+    found: int | None = None
+    for i in range(len(mine) - 1, -1, -1):
+        a, b = mine[i], theirs[i]
+        if not math.isfinite(a):
+            found = i
+            continue
+        if math.isfinite(b) and a - b > depart:
+            found = i
+        else:
+            break
+    first_bad = next((i for i, v in enumerate(mine) if not math.isfinite(v)), None)
+    if first_bad is not None:  # a non-finite loss departs wherever it happens
+        return first_bad if found is None else min(found, first_bad)
+    return found
+
+
+def ground_truth(
+    runs: Sequence[RunResult],
+    twins: dict[str, Sequence[str]] | None = None,
+    margin: float = 0.1,
+    depart: float = 0.05,
+    smooth: int = 10,
+    tail: float = 0.1,
+) -> dict[str, Truth]:
+    """Per run name, its :class:`Truth`, against its cell's healthy twin: the run with the best finite
+    final loss among ``twins[cell]`` (the cell's healthy arm, e.g. its seeds), or among the whole
+    cell when no twin is named."""
+    cells: dict[str, list[RunResult]] = {}
+    for r in runs:
+        cells.setdefault(r.cell, []).append(r)
+    truth: dict[str, Truth] = {}
+    for cell, members in cells.items():
+        finals = {r.name: final_loss(r.losses, tail) for r in members}
+        named = set((twins or {}).get(cell, ()))
+        pool = [r for r in members if (not named or r.name in named) and math.isfinite(finals[r.name])]
+        if not pool:
+            raise ValueError(f"cell {cell}: no finite run among its healthy twins, there is nothing to compare to")
+        best = min(pool, key=lambda r: finals[r.name])
+        for r in members:
+            f = finals[r.name]
+            wrong = not math.isfinite(f) or f > finals[best.name] + margin
+            dep = None if r is best else departure_step(r.losses, best.losses, depart, smooth)
+            truth[r.name] = Truth(f, wrong, dep, best.name)
+    return truth
+
+
+def _median(values: list[float]) -> float | None:
+    return median(values) if values else None
+
+
+def score(runs: Sequence[RunResult], truth: dict[str, Truth], alert_sources: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per (scenario, model source, alert source): counts, leads, misses and false alarms."""
+    rows: list[dict[str, Any]] = []
+    keys = sorted({(r.scenario, r.source) for r in runs})
+    for scenario, source in keys:
+        members = [r for r in runs if (r.scenario, r.source) == (scenario, source)]
+        for alert in alert_sources:
+            wrong = [r for r in members if truth[r.name].wrong]
+            healthy = [r for r in members if not truth[r.name].wrong]
+            warned = [r for r in wrong if r.first_warning.get(alert) is not None]
+            fracs = [r.first_warning[alert] / r.steps for r in warned]  # type: ignore[operator]
+            leads = [
+                truth[r.name].departure - r.first_warning[alert]  # type: ignore[operator]
+                for r in warned
+                if truth[r.name].departure is not None
+            ]
+            rows.append(
+                {
+                    "scenario": scenario,
+                    "model": source,
+                    "alerts": alert,
+                    "runs": len(members),
+                    "wrong": len(wrong),
+                    "warned": len(warned),
+                    "within_25pct": sum(f <= TARGET_FRAC for f in fracs),
+                    "missed": len(wrong) - len(warned),
+                    "median_lead_frac": _median(fracs),
+                    "worst_lead_frac": max(fracs) if fracs else None,
+                    "before_departure": sum(v > 0 for v in leads),
+                    "median_lead_steps": _median([float(v) for v in leads]),
+                    "healthy": len(healthy),
+                    "false_alarms": sum(r.first_warning.get(alert) is not None for r in healthy),
+                }
+            )
+    return rows
+
+
+def totals(rows: Sequence[dict[str, Any]], alert_sources: Sequence[str]) -> list[dict[str, Any]]:
+    """The rows summed per alert source (medians are not summed: the worst lead fraction is kept)."""
+    out = []
+    for alert in alert_sources:
+        mine = [r for r in rows if r["alerts"] == alert]
+        worst = [r["worst_lead_frac"] for r in mine if r["worst_lead_frac"] is not None]
+        out.append(
+            {
+                "scenario": "ALL",
+                "model": "*",
+                "alerts": alert,
+                **{
+                    k: sum(r[k] for r in mine)
+                    for k in ("runs", "wrong", "warned", "within_25pct", "missed", "before_departure", "healthy")
+                },
+                "false_alarms": sum(r["false_alarms"] for r in mine),
+                "median_lead_frac": None,
+                "worst_lead_frac": max(worst) if worst else None,
+                "median_lead_steps": None,
+            }
+        )
+    return out
+
+
+COLUMNS = (
+    ("scenario", 13),
+    ("model", 7),
+    ("alerts", 10),
+    ("runs", 4),
+    ("wrong", 5),
+    ("warned", 6),
+    ("within_25pct", 8),
+    ("missed", 6),
+    ("median_lead_frac", 9),
+    ("worst_lead_frac", 9),
+    ("before_departure", 9),
+    ("median_lead_steps", 9),
+    ("healthy", 7),
+    ("false_alarms", 6),
+)
+HEADERS = {
+    "within_25pct": "<=25%",
+    "median_lead_frac": "med frac",
+    "worst_lead_frac": "max frac",
+    "before_departure": "pre-dep",
+    "median_lead_steps": "lead stp",
+    "false_alarms": "FA",
+}
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}" if not value.is_integer() or abs(value) < 1 else f"{value:.0f}"
+    return str(value)
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as a fixed-width text table."""
+    head = " | ".join(HEADERS.get(k, k).ljust(w) for k, w in COLUMNS)
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(" | ".join(_cell(r[k]).ljust(w) for k, w in COLUMNS))
+    return "\n".join(lines)

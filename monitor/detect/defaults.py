@@ -1,0 +1,72 @@
+"""The detectors' default thresholds: the ONE place they are defined (README "Alerts" has the table).
+
+A group overrides any of them (``PATCH /api/v1/groups/{id}`` with ``thresholds``, validated by
+:class:`monitor.schemas.Thresholds`); :func:`thresholds_for` merges a group's over these. The
+Prometheus rules (prometheus/rules.yml) repeat the same numbers: change both together.
+
+Provisional values (issue 21), to be calibrated on ``bench/early_warning.py``'s table:
+
+- ``attention_lse_max_limit`` 100: QK-clip's bound on a head's max logit (Kimi K2). A head's max
+  LSE over queries bounds its max logit: ``max logit >= attention_lse_max - log T``. Attention Z
+  is a mean of LSE^2 over rows, so ``attention_z > limit^2`` means some row's LSE is above the
+  limit: the same ceiling for sources that send no per-head values. No history needed.
+- growth: the Theil-Sen slope of ln(value) against the step over the last ``growth_window``
+  logged points, times the window's span in steps, is the window's fitted rise; at least
+  ln(``growth_factor``) is a sustained climb. Only at or above the metric's ``*_growth_floor``
+  (below it a series is where healthy runs live, and none is read from the store).
+- loss / grad-norm spikes (OLMo-core): above the mean + ``sigma_spike_multiple`` standard deviations
+  of the trailing ``sigma_spike_window`` values, and above the mean by ``sigma_spike_min_relative`` x
+  |mean| (a flat series has no deviation to speak of).
+- ``z_spike`` (the older rule): a jump over the trailing median by robust deviations.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+DEFAULT_THRESHOLDS: dict[str, float] = {
+    # z_spike: jump over the trailing median (robust deviations), with an absolute minimum
+    "spike_window": 50,
+    "spike_min_points": 10,
+    "spike_mad_multiple": 8.0,
+    "spike_min_relative": 0.5,
+    "attention_z_min": 100.0,
+    "router_z_min": 50.0,
+    # max_vio_collapse
+    "max_vio_limit": 2.0,
+    # logit_ceiling: per-head max LSE (and attention_z above its square)
+    "attention_lse_max_limit": 100.0,
+    # z_growth: sustained climb of ln(value) over a window of logged points
+    "growth_window": 16,
+    "growth_min_points": 8,
+    "growth_factor": 4.0,
+    "attention_z_growth_floor": 50.0,
+    "attention_lse_max_growth_floor": 10.0,
+    "output_z_growth_floor": 150.0,
+    "router_z_growth_floor": 10.0,
+    # loss_spike, grad_norm_spike: mean + k sigma of the trailing window
+    "sigma_spike_window": 128,
+    "sigma_spike_min_points": 16,
+    "sigma_spike_multiple": 6.0,
+    "sigma_spike_min_relative": 0.02,
+}
+
+GROWTH_METRICS = ("attention_z", "attention_lse_max", "output_z", "router_z")
+SIGMA_SPIKE_METRICS = {"loss": "loss_spike", "grad_norm": "grad_norm_spike"}
+
+
+def thresholds_for(group_thresholds: dict[str, Any] | None) -> dict[str, float]:
+    """The defaults with a group's overrides (None values left out)."""
+    merged = dict(DEFAULT_THRESHOLDS)
+    merged.update({k: float(v) for k, v in (group_thresholds or {}).items() if v is not None})
+    return merged
+
+
+def z_ceiling(th: dict[str, float]) -> float:
+    """The attention Z above which some row's LSE passes the logit ceiling (Z is a mean of LSE^2)."""
+    return th["attention_lse_max_limit"] ** 2
+
+
+def log_factor(th: dict[str, float]) -> float:
+    return math.log(th["growth_factor"])

@@ -1,0 +1,210 @@
+"""Detectors that see levels and trends, not only jumps: logit ceiling, sustained growth, sigma spikes.
+
+Rules (thresholds in :mod:`monitor.detect.defaults`):
+
+- ``logit_ceiling`` (critical): a head's max attention LSE (``attention_lse_max.h<k>``; the layer's
+  ``attention_lse_max`` where no head is sent; ``attention_z`` above the limit squared) crosses
+  the limit. Raised when the series *crosses* (its previous stored value was at or below the
+  limit, or it has none), so a run that blows up at step 1 is warned at step 1, and one that
+  stays above the ceiling raises one event per series, not one per logged step.
+- ``z_growth`` (warning): the Theil-Sen rise of ln(value) over the last ``growth_window``
+  logged points of attention Z, the layer's max LSE, router Z or output Z reaches
+  ln(``growth_factor``): a steady climb that no spike rule sees. Raised when the condition
+  starts to hold (it did not at the series' previous point).
+- ``loss_spike`` / ``grad_norm_spike`` (warning): above mean + k sigma of the trailing window.
+
+Every rule reads the store only for series that hold a candidate in the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from hyperwatch.hooks.columns import PointColumns
+from hyperwatch.hooks.schema import base_name
+from hyperwatch.monitor.detect.defaults import GROWTH_METRICS, SIGMA_SPIKE_METRICS, log_factor, z_ceiling
+from hyperwatch.monitor.store.base import WindowReader
+from hyperwatch.monitor.store.entities import NewAlert
+
+Series = dict[tuple[str, int | None], list[tuple[int, float]]]
+
+
+def theil_sen_slope(steps: Sequence[float], values: Sequence[float]) -> float:
+    """The median of the pairwise slopes (values[j] - values[i]) / (steps[j] - steps[i]), i < j.
+
+    Robust to a few outliers (a spike moves it by little); NaN with fewer than two distinct steps.
+    """
+    x, y = np.asarray(steps, dtype=np.float64), np.asarray(values, dtype=np.float64)
+    i, j = np.triu_indices(len(x), k=1)
+    dx = x[j] - x[i]
+    keep = dx != 0
+    if not keep.any():
+        return math.nan
+    return float(np.median((y[j] - y[i])[keep] / dx[keep]))
+
+
+def fitted_log_rise(window: Sequence[tuple[int, float]]) -> float:
+    """Theil-Sen slope of ln(value) against the step, times the window's span: the fitted rise.
+
+    Non-finite and non-positive values are left out (ln is undefined; NaN has its own rule).
+    """
+    pts = [(s, math.log(v)) for s, v in window if math.isfinite(v) and v > 0]
+    if len(pts) < 2:
+        return math.nan
+    slope = theil_sen_slope([s for s, _ in pts], [v for _, v in pts])
+    return slope * (pts[-1][0] - pts[0][0])
+
+
+def sigma_spike(value: float, history: Sequence[float], th: dict[str, float]) -> tuple[bool, float | None]:
+    """(spike?, trailing mean): ``value`` above mean + k sigma of the finite ``history``, and above
+    the mean by the minimum relative jump; no verdict before ``sigma_spike_min_points`` values."""
+    finite = [v for v in history if math.isfinite(v)]
+    if not math.isfinite(value) or len(finite) < th["sigma_spike_min_points"]:
+        return False, None
+    mean = float(np.mean(finite))
+    sigma = float(np.std(finite))
+    jump = value - mean
+    return jump > th["sigma_spike_multiple"] * sigma and jump > th["sigma_spike_min_relative"] * abs(mean), mean
+
+
+def _collect(cols: PointColumns, pick: Callable[[str], bool], candidate: Callable[[str, float], bool]) -> Series:
+    """Per series whose name ``pick`` accepts and which holds a candidate: its batch points in step order."""
+    chosen = [i for i, n in enumerate(cols.names) if pick(n)]
+    if not chosen:
+        return {}
+    members = np.flatnonzero(np.isin(cols.name_index, chosen))
+    series: Series = {}
+    for p in cols.points(members):
+        series.setdefault((p.name, p.layer), []).append((p.step, p.value))
+    out: Series = {}
+    for key, pts in series.items():
+        if any(candidate(key[0], v) for _, v in pts):
+            pts.sort()
+            out[key] = pts
+    return out
+
+
+def _windows(reader: WindowReader, run_id: int, series: Series, limit: int) -> list[list[tuple[int, float]]]:
+    keys = [(name, layer, pts[0][0]) for (name, layer), pts in series.items()]
+    return reader.trailing_points(run_id, keys, limit) if keys else []
+
+
+def _limit_of(name: str, th: dict[str, float]) -> float:
+    return z_ceiling(th) if base_name(name) == "attention_z" else th["attention_lse_max_limit"]
+
+
+def ceilings(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, float]) -> list[NewAlert]:
+    with_heads = {(p.layer, p.step) for p in _head_points(cols)}
+    series = _collect(
+        cols,
+        lambda n: n == "attention_z" or base_name(n) == "attention_lse_max",
+        lambda n, v: math.isfinite(v) and v > _limit_of(n, th),
+    )
+    alerts = []
+    for ((name, layer), pts), before in zip(series.items(), _windows(reader, run_id, series, 1)):
+        if name == "attention_lse_max" and all((layer, s) in with_heads for s, _ in pts):
+            continue  # its heads are judged one by one
+        limit = _limit_of(name, th)
+        prev = before[-1][1] if before else None
+        for step, value in pts:
+            above = math.isfinite(value) and value > limit
+            if above and (prev is None or not prev > limit):
+                message = _ceiling_message(name, layer, step, value, limit, th)
+                alerts.append(NewAlert("logit_ceiling", "critical", name, layer, step, value, limit, message))
+            prev = value
+    return alerts
+
+
+def _head_points(cols: PointColumns) -> list[Any]:
+    chosen = [i for i, n in enumerate(cols.names) if n.startswith("attention_lse_max.")]
+    if not chosen:
+        return []
+    return cols.points(np.flatnonzero(np.isin(cols.name_index, chosen)))
+
+
+def _ceiling_message(name: str, layer: int | None, step: int, value: float, limit: float, th: dict[str, float]) -> str:
+    where = f"layer {layer}" if layer is not None else "the run"
+    if base_name(name) == "attention_z":
+        root = th["attention_lse_max_limit"]
+        return (
+            f"attention Z of {where} is {value:.4g} at step {step}, above {limit:.4g} (= {root:.4g}^2): "
+            "some attention row's LSE passed the logit ceiling"
+        )
+    head = name.split(".h", 1)[1] if ".h" in name else None
+    who = f"head {head} of {where}" if head is not None else f"a head of {where}"
+    return (
+        f"{who}: max attention LSE {value:.4g} at step {step}, above the ceiling {limit:.4g} "
+        f"(its max logit is at least {value:.4g} - log T)"
+    )
+
+
+def growth(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, float]) -> list[NewAlert]:
+    n = int(th["growth_window"])
+    need = max(2, int(th["growth_min_points"]))
+    rise = log_factor(th)
+    series = _collect(
+        cols,
+        lambda name: name in GROWTH_METRICS,
+        lambda name, v: math.isfinite(v) and v >= th[f"{name}_growth_floor"],
+    )
+    alerts = []
+    for ((name, layer), pts), before in zip(series.items(), _windows(reader, run_id, series, n)):
+        window = list(before)
+        floor = th[f"{name}_growth_floor"]
+        was = _growing(window, n, need, rise, floor)
+        for step, value in pts:
+            window = [*window, (step, value)][-n:]
+            now = _growing(window, n, need, rise, floor)
+            if now and not was:
+                factor = math.exp(fitted_log_rise(window))
+                where = "" if layer is None else f" of layer {layer}"
+                message = (
+                    f"{name}{where} grew {factor:.3g}x (Theil-Sen fit of ln {name}) from step {window[0][0]} "
+                    f"to {step}, now {value:.4g}"
+                )
+                alerts.append(NewAlert("z_growth", "warning", name, layer, step, value, window[0][1], message))
+            was = now
+    return alerts
+
+
+def _growing(window: list[tuple[int, float]], n: int, need: int, rise: float, floor: float) -> bool:
+    if len(window) < need or not window:
+        return False
+    last = window[-1][1]
+    if not (math.isfinite(last) and last >= floor):
+        return False
+    fitted = fitted_log_rise(window[-n:])
+    return math.isfinite(fitted) and fitted >= rise
+
+
+def sigma_spikes(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, float]) -> list[NewAlert]:
+    n = int(th["sigma_spike_window"])
+    series = _collect(cols, lambda name: name in SIGMA_SPIKE_METRICS, lambda name, v: math.isfinite(v))
+    alerts = []
+    for ((name, layer), pts), before in zip(series.items(), _windows(reader, run_id, series, n)):
+        history = [v for _, v in before]
+        for step, value in pts:
+            spike, mean = sigma_spike(value, history[-n:], th)
+            if spike:
+                assert mean is not None
+                k = th["sigma_spike_multiple"]
+                message = (
+                    f"{name} spiked to {value:.4g} at step {step}: above the trailing mean {mean:.4g} "
+                    f"+ {k:.3g} sigma of {len(history[-n:])} values"
+                )
+                alerts.append(NewAlert(SIGMA_SPIKE_METRICS[name], "warning", name, layer, step, value, mean, message))
+            history.append(value)
+    return alerts
+
+
+def detect_trends(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, float]) -> list[NewAlert]:
+    """Every trend rule's alerts on one batch (after it is stored)."""
+    return [
+        *ceilings(reader, run_id, cols, th),
+        *growth(reader, run_id, cols, th),
+        *sigma_spikes(reader, run_id, cols, th),
+    ]

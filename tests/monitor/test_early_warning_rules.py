@@ -1,0 +1,79 @@
+"""``prometheus/rules.yml`` replayed by ``promtool test rules`` over /metrics scrapes that
+``bench/early_warning.py`` recorded (one scrape per logged step, one minute apart: see
+``bench/ew_prom.py``): a steady climb and a blow-up from the first steps are warned within the
+first 25% of training, a healthy run never."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+from ew_prom import fired, from_columns, minutes, promtool_test, replay, to_columns  # noqa: E402
+
+SERIES = Path(__file__).parent / "data" / "ew_series"
+
+
+def _promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        message = "promtool is missing; install it with: bash scripts/system-deps.sh"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def _load(name: str) -> dict:
+    return json.loads((SERIES / f"{name}.json").read_text())
+
+
+def _first_warning(name: str, tmp_path: Path) -> tuple[dict, dict[str, int]]:
+    rec = _load(name)
+    rec["scrapes"] = from_columns(rec["series"])
+    at = replay({rec["run"]: rec["scrapes"]}, REPO / "prometheus" / "rules.yml", tmp_path, _promtool())
+    return rec, {alert: rec["logged_steps"][idx[0]] for alert, idx in at[rec["run"]].items()}
+
+
+@pytest.mark.parametrize("name", ["climb", "blowup"])
+def test_runs_that_went_wrong_are_warned_in_the_first_quarter(name: str, tmp_path: Path) -> None:
+    rec, first = _first_warning(name, tmp_path)
+    assert first, f"{name}: no rule fired over {len(rec['scrapes'])} scrapes"
+    assert min(first.values()) <= 0.25 * rec["steps"], first
+
+
+def test_a_healthy_run_is_never_warned(tmp_path: Path) -> None:
+    rec, first = _first_warning("healthy", tmp_path)
+    assert len(rec["scrapes"]) >= 40
+    assert first == {}
+
+
+def test_the_replay_reads_promtools_report() -> None:
+    assert minutes("0s") == 0 and minutes("45m") == 45 and minutes("1h3m") == 63 and minutes("2h0m0s") == 120
+    report = """FAILED:
+    alertname: HyperWatchNaNLoss, time: 2m,
+        exp:[],
+        got:[
+            0:
+              Labels:{alertname="HyperWatchNaNLoss", project="default", run="a-b", severity="critical"}
+            ]
+    alertname: HyperWatchNaNLoss, time: 1h3m,
+        exp:[],
+        got:[
+            0:
+              Labels:{alertname="HyperWatchNaNLoss", project="default", run="a-b", severity="critical"}
+            ]
+"""
+    assert fired(report) == {("a-b", "HyperWatchNaNLoss"): [2, 63]}
+    scrapes = [{'x{run="r"}': 1.0}, {}, {'x{run="r"}': 2.0, 'y{run="r"}': 3.0}]
+    assert from_columns(to_columns(scrapes)) == scrapes
+    group = promtool_test([{'x{run="r"}': 1.0}, {}, {'x{run="r"}': float("nan")}], ["A"])
+    assert group["input_series"] == [{"series": 'x{run="r"}', "values": "1.0 _ NaN"}]
+    assert [c["eval_time"] for c in group["alert_rule_test"]] == ["0m", "1m", "2m"]

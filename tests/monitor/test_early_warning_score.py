@@ -1,0 +1,124 @@
+"""The early-warning benchmark's scoring (``bench/ew_score.py``) on synthetic loss curves: ground
+truth from the loss alone, leads, misses and false alarms. The sweep itself is ``make bench``."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from ew_score import (
+    RunResult,
+    departure_step,
+    final_loss,
+    format_table,
+    ground_truth,
+    score,
+    totals,
+)
+
+STEPS = 100
+
+
+def _curve(start: float = 4.0, end: float = 2.0, bend_at: int | None = None, rise: float = 0.0) -> list[float]:
+    """A decaying loss; from ``bend_at`` on it rises by ``rise`` nats per step above the decay."""
+    out = []
+    for i in range(STEPS):
+        v = end + (start - end) * math.exp(-i / 20)
+        if bend_at is not None and i >= bend_at:
+            v += rise * (i - bend_at)
+        out.append(v)
+    return out
+
+
+def _run(name: str, losses: list[float], svc: int | None = None, prom: int | None = None, cell: str = "s") -> RunResult:
+    return RunResult(name, cell, "gpt", STEPS, losses, {"service": svc, "prometheus": prom})
+
+
+def test_final_loss_is_the_tail_mean_and_nan_when_any_loss_is_not_finite() -> None:
+    assert final_loss([5.0] * 90 + [1.0] * 10) == pytest.approx(1.0)
+    assert final_loss([5.0] * 80 + [1.0] * 20, tail=0.2) == pytest.approx(1.0)
+    assert math.isnan(final_loss([2.0, math.inf, 2.0]))
+    assert math.isnan(final_loss([2.0, math.nan]))
+    with pytest.raises(ValueError, match="no losses"):
+        final_loss([])
+
+
+def test_departure_is_where_the_smoothed_gap_passes_005_nats() -> None:
+    twin = _curve()
+    bent = _curve(bend_at=40, rise=0.01)  # 0.01 nats more per step from step 40
+    dep = departure_step(bent, twin, depart=0.05, smooth=1)
+    assert dep == 46  # 0.06 > 0.05 at step 46 (0.05 at 45 is not above)
+    smoothed = departure_step(bent, twin, depart=0.05, smooth=10)
+    assert smoothed is not None and smoothed > dep  # the trailing mean lags the raw gap
+    assert departure_step(twin, twin) is None
+    assert departure_step([3.0, 3.0, math.nan], [3.0, 3.0, 3.0], smooth=1) == 2
+
+
+def test_ground_truth_comes_from_the_cells_best_final_loss() -> None:
+    runs = [
+        _run("best", _curve()),
+        _run("close", [v + 0.05 for v in _curve()]),  # within the margin: healthy
+        _run("worse", [v + 0.3 for v in _curve()]),
+        _run("nan", _curve()[:50] + [math.nan] * 50),
+        _run("other-cell", [v + 1.0 for v in _curve()], cell="t"),  # the best of its own cell
+    ]
+    truth = ground_truth(runs, margin=0.1)
+    assert {n for n, t in truth.items() if t.wrong} == {"worse", "nan"}
+    assert truth["worse"].twin == "best" and truth["other-cell"].twin == "other-cell"
+    assert truth["best"].departure is None
+    assert truth["worse"].departure == 0  # 0.3 nats above from the first step
+    assert truth["nan"].departure == 50
+
+
+def test_a_cell_with_only_nonfinite_runs_is_refused() -> None:
+    with pytest.raises(ValueError, match="no finite run"):
+        ground_truth([_run("a", [math.nan] * STEPS)])
+
+
+def test_score_counts_leads_misses_and_false_alarms_per_alert_source() -> None:
+    healthy = _curve()
+    runs = [
+        _run("twin", healthy),
+        _run("quiet-healthy", [v + 0.01 for v in healthy]),
+        _run("noisy-healthy", [v + 0.02 for v in healthy], svc=30),  # a false alarm for the service only
+        _run("early", _curve(bend_at=40, rise=0.02), svc=10, prom=60),  # service early, prometheus late
+        _run("missed", _curve(bend_at=40, rise=0.02), svc=None, prom=20),
+    ]
+    truth = ground_truth(runs, margin=0.1)
+    assert [n for n in truth if truth[n].wrong] == ["early", "missed"]
+    dep = truth["early"].departure
+    assert dep is not None and 40 < dep < 60
+    rows = {r["alerts"]: r for r in score(runs, truth, ("service", "prometheus"))}
+    svc, prom = rows["service"], rows["prometheus"]
+    assert (svc["runs"], svc["wrong"], svc["warned"], svc["missed"]) == (5, 2, 1, 1)
+    assert svc["within_25pct"] == 1 and svc["median_lead_frac"] == pytest.approx(0.10)
+    assert svc["before_departure"] == 1 and svc["median_lead_steps"] == dep - 10
+    assert (svc["healthy"], svc["false_alarms"]) == (3, 1)
+    assert (prom["warned"], prom["missed"], prom["within_25pct"]) == (2, 0, 1)
+    assert prom["worst_lead_frac"] == pytest.approx(0.60)
+    assert prom["before_departure"] == 1  # step 20 is before the departure, step 60 after it
+    assert prom["false_alarms"] == 0
+    total = {r["alerts"]: r for r in totals([*rows.values()], ("service", "prometheus"))}
+    assert total["service"]["false_alarms"] == 1 and total["prometheus"]["missed"] == 0
+    table = format_table([*rows.values(), *total.values()])
+    assert "service" in table and "prometheus" in table and "ALL" in table
+
+
+def test_the_twin_is_the_best_of_the_named_healthy_arm_and_departures_are_sustained() -> None:
+    runs = [
+        _run("safe-s0", [v + 0.02 for v in _curve()]),
+        _run("safe-s1", _curve()),
+        _run("better-lr", [v - 0.3 for v in _curve()]),  # better than the twin: not wrong, whatever the cell's best
+        _run("blip", [v + (0.5 if 10 <= i < 15 else 0.0) for i, v in enumerate(_curve())]),  # back on track
+    ]
+    truth = ground_truth(runs, {"s/gpt": ["safe-s0", "safe-s1"]}, margin=0.1)
+    assert truth["better-lr"].twin == "safe-s1" and not truth["better-lr"].wrong
+    assert not truth["blip"].wrong and truth["blip"].departure is None  # a blip that recovers never departs
+    assert not truth["safe-s0"].wrong and truth["safe-s0"].departure is None
+    with pytest.raises(ValueError, match="no finite run"):
+        ground_truth([_run("a", [math.nan] * STEPS), _run("b", _curve())], {"s/gpt": ["a"]})
