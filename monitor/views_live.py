@@ -24,7 +24,7 @@ from typing import Any
 
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import Alert, Run, SeriesInfo
-from hyperwatch.monitor.views import AggSeries, TokenMap, XAxis, XAxisError, is_stale, x_values
+from hyperwatch.monitor.views import TokenMap, XAxis, XAxisError, is_stale, x_values
 
 LINE_MODES = ("mean", "max", "heat")
 """What a page asks per indicator: the mean or max over layers, the heatmap's columns, or a layer number."""

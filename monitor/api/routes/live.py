@@ -100,7 +100,7 @@ async def live(
                     alert_after,
                     settings.stale_after_s,
                     settings.max_page_size,
-                )  # fmt: skip
+                )
             )
         return {"runs": out, "added": added}
 
