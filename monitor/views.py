@@ -399,14 +399,16 @@ def run_view(run: Run, stale_after_s: float, now: datetime | None = None) -> dic
 
 
 # -- the layer x step matrix at the logging interval ----------------------------------------------
-def layer_matrix(store: Store, run: Run, name: str, buckets: int) -> LayerMatrix:
+def layer_matrix(
+    store: Store, run: Run, name: str, buckets: int, start: int | None = None, end: int | None = None
+) -> LayerMatrix:
     """``store.layer_matrix`` with buckets no narrower than the run's logging interval.
 
     Logging every k steps into 1-step buckets leaves k-1 empty columns out of k (a striped
     heatmap); the interval is read off the data (the gcd of the non-empty columns' offsets) and
     the matrix is read again with one bucket per logged step.
     """
-    m = store.layer_matrix(run.id, name, buckets, None, None)
+    m = store.layer_matrix(run.id, name, buckets, start, end)
     if m.bucket_width != 1 or not m.bucket_starts:
         return m
     filled = [m.bucket_starts[j] for j in range(len(m.bucket_starts)) if any(row[j] is not None for row in m.values)]
@@ -415,4 +417,4 @@ def layer_matrix(store: Store, run: Run, name: str, buckets: int) -> LayerMatrix
         interval = math.gcd(interval, b - a)
     if interval <= 1:
         return m
-    return store.layer_matrix(run.id, name, max(1, -(-len(m.bucket_starts) // interval)), None, None)
+    return store.layer_matrix(run.id, name, max(1, -(-len(m.bucket_starts) // interval)), start, end)

@@ -10,14 +10,14 @@ import anyio
 from fastapi import APIRouter, Query, Request
 
 from hyperwatch.monitor.analysis import jsonable
-from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.schemas import MetricName, XAxis
 from hyperwatch.monitor.store.entities import Run
 from hyperwatch.monitor.views import MAX_GROUP_RUNS, group_runs
 from hyperwatch.monitor.views_live import LINE_MODES, Cursor, run_delta
+from hyperwatch.monitor.views_read import ReaderDep
 
-router = APIRouter(tags=["query"], dependencies=[ReadAuth])
+router = APIRouter(tags=["query"])  # ReaderDep checks read auth
 
 POLL_S = 0.2
 """How often a waiting request reads its runs' last step (one primary-key read per run)."""
@@ -48,8 +48,7 @@ def _parse(cursors: list[str]) -> dict[int, Cursor]:
 @router.get("/live", summary="New points since a page's cursor (long poll)", description=LIVE_DOC)
 async def live(
     request: Request,
-    store: StoreDep,
-    settings: SettingsDep,
+    read: ReaderDep,
     name: Annotated[list[MetricName], Query(description="indicator; repeat for each")],
     cursor: Annotated[list[str] | None, Query(description="<run_id>:<last step drawn>[:<status>]; repeat")] = None,
     group_id: Annotated[int | None, Query(description="every run of this group")] = None,
@@ -59,6 +58,7 @@ async def live(
     alert_after: Annotated[int, Query(ge=0, description="the largest alert id drawn")] = 0,
     wait: Annotated[float, Query(ge=0, le=30, description="seconds to wait for news")] = 10.0,
 ) -> dict[str, Any]:
+    store, settings = read.store, read.settings
     cursors = _parse(cursor or [])
     modes = line or ["mean", "max"]
     bad = [m for m in modes if m not in LINE_MODES and not m.isdigit()]
