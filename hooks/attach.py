@@ -156,7 +156,7 @@ def attach(
     n_layers = max((s.index for s in plan.layers), default=-1) + 1
     full_config = dict(config or {})
     full_config.setdefault("_hyperwatch", {**_environment(model, plan.family, every, n_layers), **plan.notes})
-    info = RunInfo(name=run, config=full_config, fields={"status": "running", **run_fields})
+    info = RunInfo(name=run, config=full_config, fields={"status": "running", **run_fields}, resume=resume)
     rank0 = not (dist.is_available() and dist.is_initialized()) or dist.get_rank(process_group) == 0
     timeout = default_close_timeout() if close_timeout is None else check_close_timeout(close_timeout)
     built = make_sink(sink, spool, token, timeout) if rank0 else None
