@@ -59,7 +59,7 @@ class Writer(threading.Thread):
 
     def __init__(self, base: str, run: str, period: float, stop: threading.Event) -> None:
         super().__init__(daemon=True)
-        self.base, self.run, self.period, self.stop = base, run, period, stop
+        self.base, self.run_name, self.period, self.stop = base, run, period, stop
         self.sent: dict[int, float] = {}  # step -> epoch s when its POST was sent
         self.post_s: list[tuple[float, float]] = []  # (epoch s sent, seconds the POST took)
         self.step = 0
@@ -68,8 +68,14 @@ class Writer(threading.Thread):
         self.conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=120)
 
     def post(self, path: str, body: bytes) -> bytes:
-        self.conn.request("POST", path, body, {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
-        resp = self.conn.getresponse()
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+        try:
+            self.conn.request("POST", path, body, headers)
+            resp = self.conn.getresponse()
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            self.conn.close()  # the server closed an idle keep-alive connection: open a new one
+            self.conn.request("POST", path, body, headers)
+            resp = self.conn.getresponse()
         answer = resp.read()
         if not 200 <= resp.status < 300:
             raise RuntimeError(f"POST {path}: HTTP {resp.status} {answer[:300]!r}")
@@ -82,10 +88,10 @@ class Writer(threading.Thread):
             for n, level in NAMES.items()
             for la in range(LAYERS)
         ]  # fmt: skip
-        return json.dumps({"batch_id": uuid.uuid4().hex, "run": self.run, "points": pts}).encode()
+        return json.dumps({"batch_id": uuid.uuid4().hex, "run": self.run_name, "points": pts}).encode()
 
     def create(self) -> int:
-        answer = self.post("/api/v1/runs", json.dumps({"name": self.run, "total_steps": 100_000}).encode())
+        answer = self.post("/api/v1/runs", json.dumps({"name": self.run_name, "total_steps": 100_000}).encode())
         return int(json.loads(answer)["id"])
 
     def run_steps(self, n: int) -> None:
@@ -171,7 +177,7 @@ def main() -> int:
             for w in writers:
                 w.join(30)
                 if w.error is not None:
-                    raise RuntimeError(f"writer {w.run} failed: {w.error}")
+                    raise RuntimeError(f"writer {w.run_name} failed: {w.error}")
     first = writers[0]
     painted = sorted((step, at / 1000.0) for run, step, at in log if run == watched)
     lat: list[float] = []

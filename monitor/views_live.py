@@ -91,6 +91,100 @@ def _line(steps: list[int], tokens: list[int | None], values: list[float], run: 
     return {"step": [steps[i] for i in keep], "x": [xs[i] for i in keep], "y": [values[i] for i in keep]}
 
 
+FAST_STEPS = 256
+"""Up to this many new steps, the delta is read as raw points (all layers of all names in a few
+statements: ``store.trailing_points``) and bucketed here by the store's own rules, instead of a
+downsampled read per layer; a page that keeps up asks for a step or two at a time."""
+
+
+def _bucket_max(pts: Sequence[tuple[int, float]], lo: int, w: int) -> dict[int, float]:
+    """Each bucket's max, a NaN making the bucket NaN (``store.layer_matrix``'s cells)."""
+    out: dict[int, float] = {}
+    for step, v in pts:
+        b = (step - lo) // w
+        cur = out.get(b)
+        if cur is None or math.isnan(v) or (not math.isnan(cur) and v > cur):
+            out[b] = v
+    return out
+
+
+def _downsampled(pts: Sequence[tuple[int, float]], buckets: int) -> list[tuple[int, float]]:
+    """``store.series``' min/max downsampling of a run-level delta: all points when few, else the first,
+    the last, each bucket's min and max and every non-finite point."""
+    if not pts:
+        return []
+    lo, hi = pts[0][0], pts[-1][0]
+    w = -(-(hi - lo + 1) // buckets)
+    if hi - lo + 1 <= 2 * buckets:
+        return list(pts)
+    keep = {pts[0][0]: pts[0], pts[-1][0]: pts[-1]}
+    ext: dict[int, list[tuple[int, float]]] = {}
+    for p in pts:
+        if not math.isfinite(p[1]):
+            keep[p[0]] = p
+            continue
+        b = ext.setdefault((p[0] - lo) // w, [p, p])
+        b[0] = p if p[1] < b[0][1] else b[0]
+        b[1] = p if p[1] > b[1][1] else b[1]
+    for lo_p, hi_p in ext.values():
+        keep[lo_p[0]], keep[hi_p[0]] = lo_p, hi_p
+    return [keep[s] for s in sorted(keep)]
+
+
+def fast_deltas(
+    store: Store,
+    run: Run,
+    names: Sequence[str],
+    modes: Sequence[str],
+    after: int,
+    every: int,
+    latest: Sequence[SeriesInfo],
+    tmap: TokenMap,
+    x: XAxis,
+) -> dict[str, dict[str, Any]]:
+    """:func:`delta_series` of every name at once from the raw new points (see :data:`FAST_STEPS`)."""
+    last = run.last_step if run.last_step is not None else after
+    span = last - after
+    nb = _buckets(after, last, every)
+    keys = [(s.name, s.layer, last + 1) for s in latest if s.name in names and s.step > after]
+    windows = store.trailing_points(run.id, keys, span) if keys else []
+    by_name: dict[str, dict[int | None, list[tuple[int, float]]]] = {}
+    for (name, layer, _), pts in zip(keys, windows, strict=True):
+        by_name.setdefault(name, {})[layer] = [p for p in pts if p[0] > after]
+    out: dict[str, dict[str, Any]] = {}
+    for name, series in by_name.items():
+        found: dict[str, Any] = {}
+        if None in series and not any(k is not None for k in series):
+            pts = _downsampled(series[None], nb)
+            steps = [p[0] for p in pts]
+            found["run"] = _line(steps, tmap.at(steps), [p[1] for p in pts], run, x)
+            out[name] = found
+            continue
+        layers = sorted(k for k in series if k is not None)
+        every_pt = [p for la in layers for p in series[la]]
+        if not every_pt:
+            continue
+        lo, hi = min(p[0] for p in every_pt), max(p[0] for p in every_pt)
+        w = -(-(hi - lo + 1) // nb)
+        cells = {la: _bucket_max(series[la], lo, w) for la in layers}
+        cols = sorted({b for c in cells.values() for b in c})
+        steps = [lo + b * w for b in cols]
+        tokens = tmap.at(steps)
+        for agg in (m for m in modes if m in ("mean", "max")):
+            values = [_aggregate([cells[la][b] for la in layers if b in cells[la]], agg) for b in cols]
+            found[agg] = _line(steps, tokens, values, run, x)
+        if "heat" in modes:
+            found["heat"] = {"step": steps, "x": x_values(run, steps, tokens, x), "layers": layers, "width": w,
+                             "z": [[cells[la].get(b) for b in cols] for la in layers]}  # fmt: skip
+        for mode in modes:
+            if mode.isdigit() and int(mode) in series:
+                pts = _downsampled(series[int(mode)], nb)
+                st = [p[0] for p in pts]
+                found[mode] = _line(st, tmap.at(st), [p[1] for p in pts], run, x)
+        out[name] = found
+    return out
+
+
 def delta_series(
     store: Store,
     run: Run,
@@ -159,14 +253,20 @@ def run_delta(
         return state
     latest = store.list_series(run.id)
     tmap = token_map_since(store, run, latest, cursor.step) if x != "step" else TokenMap((), None)
-    for name in names:
+    if run.last_step - cursor.step <= FAST_STEPS:
         try:
-            found = delta_series(store, run, name, modes, cursor.step, every, latest, tmap, x)
+            state["series"] = fast_deltas(store, run, names, modes, cursor.step, every, latest, tmap, x)
         except XAxisError as exc:  # the page said so on its first read; the delta stays empty
-            state.setdefault("missing", {})[name] = str(exc)
-            continue
-        if found:
-            state["series"][name] = found
+            state["missing"] = str(exc)
+    else:
+        for name in names:
+            try:
+                found = delta_series(store, run, name, modes, cursor.step, every, latest, tmap, x)
+            except XAxisError as exc:
+                state["missing"] = str(exc)
+                continue
+            if found:
+                state["series"][name] = found
     new = sorted(
         (a for a in store.list_alerts(run_id=run.id, limit=alert_limit) if a.id > alert_after), key=lambda a: a.id
     )

@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
+from hyperwatch.monitor import views_live
 from hyperwatch.monitor.store import SqlStore
 from hyperwatch.monitor.views import aggregate_series
 from tests.monitor.conftest import create_run, post_points
@@ -122,3 +124,21 @@ def test_documented_in_openapi(client: TestClient) -> None:
         "every",
         "wait",
     }
+
+
+def test_raw_points_path_equals_the_downsampled_reads(
+    client: TestClient, store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small delta is read as raw points and bucketed here; a large one by the store's downsampled
+    reads. Both give the same lines, heatmap and layer for every x-axis and bucket width."""
+    rid = _seed(client, "same", range(20))
+    post_points(client, "same", [{"name": "attention_z", "layer": 2, "step": 13, "tokens": 14000, "value": "Infinity"}])
+    for every, x in ((1, "step"), (3, "tokens"), (4, "fraction")):
+        params = {"cursor": f"{rid}:2", "name": ["attention_z", "loss"], "line": ["mean", "max", "heat", "1"],
+                  "every": every, "x": x}  # fmt: skip
+        fast = _live(client, **params)["runs"][0]["series"]
+        monkeypatch.setattr(views_live, "FAST_STEPS", 0)
+        slow = _live(client, **params)["runs"][0]["series"]
+        monkeypatch.undo()
+        assert fast == slow, (every, x)
+        assert fast["attention_z"]["max"]["y"]  # not trivially equal
