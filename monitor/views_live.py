@@ -18,6 +18,9 @@ key read per run) and calls :func:`live_delta` only for runs that moved.
 from __future__ import annotations
 
 import math
+import threading
+import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +60,39 @@ class Cursor:
         return (run.last_step is not None and run.last_step > self.step) or (
             self.status is not None and run.status != self.status
         )
+
+
+class _RecentIndex:
+    """``store.list_series(run)`` kept for ``ttl_s``: which (name, layer) series a run has changes
+    rarely, and a live page asks for it with every answer (the points themselves are read fresh; a
+    new layer of a series already known shows up within ``ttl_s``)."""
+
+    def __init__(self, ttl_s: float = 5.0, size: int = 256) -> None:
+        self.ttl_s, self.size = ttl_s, size
+        # per store (weakly: a closed store's entries go with it), run id -> (when read, index)
+        self.items: weakref.WeakKeyDictionary[Store, dict[int, tuple[float, list[SeriesInfo]]]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.lock = threading.Lock()
+
+    def get(self, store: Store, run_id: int, names: Sequence[str]) -> list[SeriesInfo]:
+        """The index, read again when older than ``ttl_s`` or lacking one of ``names`` (so the first
+        points of a series are never skipped by a stale index)."""
+        now = time.monotonic()
+        with self.lock:
+            hit = self.items.get(store, {}).get(run_id)
+        if hit is not None and now - hit[0] < self.ttl_s and set(names) <= {s.name for s in hit[1]}:
+            return hit[1]
+        found = store.list_series(run_id)
+        with self.lock:
+            runs = self.items.setdefault(store, {})
+            if len(runs) >= self.size:
+                runs.pop(next(iter(runs)))
+            runs[run_id] = (now, found)
+        return found
+
+
+_index = _RecentIndex()
 
 
 def _buckets(after: int, last: int, every: int) -> int:
@@ -146,7 +182,7 @@ def fast_deltas(
     last = run.last_step if run.last_step is not None else after
     span = last - after
     nb = _buckets(after, last, every)
-    keys = [(s.name, s.layer, last + 1) for s in latest if s.name in names and s.step > after]
+    keys = [(s.name, s.layer, last + 1) for s in latest if s.name in names]  # the index may be a few s old
     windows = store.trailing_points(run.id, keys, span) if keys else []
     by_name: dict[str, dict[int | None, list[tuple[int, float]]]] = {}
     for (name, layer, _), pts in zip(keys, windows, strict=True):
@@ -251,7 +287,7 @@ def run_delta(
                              "series": {}, "alerts": []}  # fmt: skip
     if run.last_step is None or run.last_step <= cursor.step:
         return state
-    latest = store.list_series(run.id)
+    latest = _index.get(store, run.id, names)
     tmap = token_map_since(store, run, latest, cursor.step) if x != "step" else TokenMap((), None)
     if run.last_step - cursor.step <= FAST_STEPS:
         try:

@@ -253,8 +253,20 @@ const HW = (() => {
     return fresh.length;
   }
 
+  /* Figures out of the viewport are not redrawn for each live answer: they are marked and redrawn
+     when they scroll into view (a page of 16 figures costs the drawing of the 2-4 one sees). */
+  const onScreen = new WeakMap();
+  const watcher = typeof IntersectionObserver === "undefined" ? null : new IntersectionObserver((entries) => {
+    for (const e of entries) {
+      onScreen.set(e.target, e.isIntersecting);
+      if (e.isIntersecting && e.target._dirty) { e.target._dirty = false; redraw(e.target); }
+    }
+  }, { rootMargin: "200px" });
+
   /* Redraw div from its (extended) data: Plotly.react keeps zoom (uirevision) and costs no request. */
   function redraw(div) {
+    if (watcher && !div._watched) { div._watched = true; watcher.observe(div); }
+    if (onScreen.get(div) === false) { div._dirty = true; return Promise.resolve(); }
     div.layout.datarevision = (div.layout.datarevision || 0) + 1; // arrays were replaced in place
     return Plotly.react(div, div.data, div.layout);
   }
