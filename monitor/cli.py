@@ -6,9 +6,7 @@ import argparse
 import importlib.util
 import sys
 
-from pydantic import ValidationError
-
-from hyperwatch.monitor.api.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT_S, HTTP_CHOICES
+from hyperwatch.monitor.serve_options import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT_S, HTTP_CHOICES
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -59,6 +57,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
+    from pydantic import ValidationError
 
     from hyperwatch.app import create_app
     from hyperwatch.monitor.api.connections import guarded_protocol
