@@ -83,6 +83,11 @@ class _RecentIndex:
             hit = self.items.get(store, {}).get(run_id)
         if hit is not None and now - hit[0] < self.ttl_s and set(names) <= {s.name for s in hit[1]}:
             return hit[1]
+        return self.refresh(store, run_id)
+
+    def refresh(self, store: Store, run_id: int) -> list[SeriesInfo]:
+        """The index read now (and kept)."""
+        now = time.monotonic()
         found = store.list_series(run_id)
         with self.lock:
             runs = self.items.setdefault(store, {})
@@ -158,6 +163,7 @@ def _downsampled(pts: Sequence[tuple[int, float]], buckets: int) -> list[tuple[i
     for p in pts:
         if not math.isfinite(p[1]):
             keep[p[0]] = p
+        if math.isnan(p[1]):  # NaN has no order; an infinity is a bucket's min or max like any value
             continue
         b = ext.setdefault((p[0] - lo) // w, [p, p])
         b[0] = p if p[1] < b[0][1] else b[0]
@@ -177,13 +183,20 @@ def fast_deltas(
     latest: Sequence[SeriesInfo],
     tmap: TokenMap,
     x: XAxis,
+    fresh: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """:func:`delta_series` of every name at once from the raw new points (see :data:`FAST_STEPS`)."""
+    """:func:`delta_series` of every name at once from the raw new points (see :data:`FAST_STEPS`);
+    ``fresh``: ``latest`` was read after ``run`` (its latest points may then be the whole delta)."""
     last = run.last_step if run.last_step is not None else after
     span = last - after
     nb = _buckets(after, last, every)
-    keys = [(s.name, s.layer, last + 1) for s in latest if s.name in names]  # the index may be a few s old
-    windows = store.trailing_points(run.id, keys, span) if keys else []
+    wanted = [s for s in latest if s.name in names]
+    keys = [(s.name, s.layer, last + 1) for s in wanted]
+    if span == 1 and fresh and all(s.step <= last for s in wanted):
+        # one new step and an index read after it: each series' latest point is the delta
+        windows = [[(s.step, s.value)] if s.step == last else [] for s in wanted]
+    else:  # the index may be a few seconds old: read every known series' newest points
+        windows = store.trailing_points(run.id, keys, span) if keys else []
     by_name: dict[str, dict[int | None, list[tuple[int, float]]]] = {}
     for (name, layer, _), pts in zip(keys, windows, strict=True):
         by_name.setdefault(name, {})[layer] = [p for p in pts if p[0] > after]
@@ -193,8 +206,8 @@ def fast_deltas(
         if None in series and not any(k is not None for k in series):
             pts = _downsampled(series[None], nb)
             steps = [p[0] for p in pts]
-            found["run"] = _line(steps, tmap.at(steps), [p[1] for p in pts], run, x)
-            out[name] = found
+            if pts:
+                out[name] = {"run": _line(steps, tmap.at(steps), [p[1] for p in pts], run, x)}
             continue
         layers = sorted(k for k in series if k is not None)
         every_pt = [p for la in layers for p in series[la]]
@@ -213,7 +226,7 @@ def fast_deltas(
             found["heat"] = {"step": steps, "x": x_values(run, steps, tokens, x), "layers": layers, "width": w,
                              "z": [[cells[la].get(b) for b in cols] for la in layers]}  # fmt: skip
         for mode in modes:
-            if mode.isdigit() and int(mode) in series:
+            if mode.isdigit() and series.get(int(mode)):
                 pts = _downsampled(series[int(mode)], nb)
                 st = [p[0] for p in pts]
                 found[mode] = _line(st, tmap.at(st), [p[1] for p in pts], run, x)
@@ -260,7 +273,7 @@ def delta_series(
             s = store.series(run.id, name, int(mode), _buckets(after, last, every), after + 1, last)
             pts = s.points
             out[mode] = _line([p.step for p in pts], [p.tokens for p in pts], [p.value for p in pts], run, x)
-    return out
+    return {mode: part for mode, part in out.items() if part["step"]}  # only what has new points
 
 
 def alert_view(a: Alert) -> dict[str, Any]:
@@ -287,11 +300,12 @@ def run_delta(
                              "series": {}, "alerts": []}  # fmt: skip
     if run.last_step is None or run.last_step <= cursor.step:
         return state
-    latest = _index.get(store, run.id, names)
+    one_step = run.last_step - cursor.step == 1
+    latest = _index.refresh(store, run.id) if one_step else _index.get(store, run.id, names)
     tmap = token_map_since(store, run, latest, cursor.step) if x != "step" else TokenMap((), None)
     if run.last_step - cursor.step <= FAST_STEPS:
         try:
-            state["series"] = fast_deltas(store, run, names, modes, cursor.step, every, latest, tmap, x)
+            state["series"] = fast_deltas(store, run, names, modes, cursor.step, every, latest, tmap, x, one_step)
         except XAxisError as exc:  # the page said so on its first read; the delta stays empty
             state["missing"] = str(exc)
     else:
