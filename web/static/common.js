@@ -237,7 +237,7 @@ const HW = (() => {
     if (!alerts.length) return 0;
     let t = div.data.find((d) => d.meta && d.meta.alerts);
     if (!t) {
-      t = { type: "scatter", mode: "markers", x: [], y: [], yaxis: "y2", name: "alerts", text: [], customdata: [],
+      t = { type: "scatter", mode: "markers", x: [], y: [], yaxis: "y3", name: "alerts", text: [], customdata: [],
         hovertemplate: "%{text}<extra></extra>", meta: { alerts: true },
         marker: { symbol: "diamond", size: 11, color: "#ff9f1c", line: { color: "#000", width: 1 } } };
       div.data.push(t);
@@ -247,7 +247,8 @@ const HW = (() => {
     const fresh = alerts.filter((a) => a.x !== null && !known.has(a.step));
     if (!fresh.length) return 0;
     t.x = t.x.concat(fresh.map((a) => a.x));
-    t.y = t.y.concat(fresh.map(() => 0.85));
+    t.y = t.y.concat(fresh.map(() => 0.5)); // the alert strip's lane (web/figures.py ALERT_LANE)
+    t.showlegend = true;
     t.customdata = t.customdata.concat(fresh.map((a) => a.step));
     t.text = t.text.concat(fresh.map((a) => esc(`${a.rule} (${a.severity}) step ${a.step}: ${a.message}`)));
     return fresh.length;
