@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hyperwatch.monitor.analysis.scaling import compare_methods
 from hyperwatch.monitor.store.entities import Alert, LayerMatrix
 from hyperwatch.monitor.views import AggSeries
 from hyperwatch.web.figures import (
@@ -15,6 +16,7 @@ from hyperwatch.web.figures import (
     stability_figure,
     verdict_rule,
 )
+from hyperwatch.web.sweeps import scaling_figures
 from tests.web.test_figures import NOW, run
 
 
@@ -108,3 +110,20 @@ def test_runs_missing_a_field_get_one_short_note_with_the_attach_argument() -> N
     assert len(missing) == 1  # one note, not one paragraph per run
     assert missing[0].startswith("5 runs not drawn on x=fraction (r1, r2, r3 and 2 more)")
     assert "hooks.attach(..., total_steps=N)" in missing[0]
+
+
+def test_an_arm_whose_loss_rises_with_compute_does_not_scale() -> None:
+    flops = [1e15, 2e15, 4e15, 8e15, 1.6e16, 1e15, 2e15, 4e15, 8e15, 1.6e16]
+    rising = [2.35 * f**0.003 / 1e15**0.003 for f in flops[:5]]
+    falling = [3.0 * (f / 1e15) ** -0.1 for f in flops[5:]]
+    methods = ["baseline"] * 5 + ["hyperp"] * 5
+    scaling = compare_methods(methods, flops, rising + falling, None, floor=False)
+    records = [
+        {"flops": f, "val_loss": v, "method": m} for f, v, m in zip(flops, rising + falling, methods, strict=True)
+    ]
+    figures, notes = scaling_figures(scaling, records)
+    stalled = [n for n in notes if "does not scale" in n]
+    assert len(stalled) == 1 and stalled[0].startswith("baseline does not scale: its loss rises")
+    names = [t["name"] for t in figures["scaling"]["data"] if t["mode"] == "lines"]
+    assert any(n.startswith("baseline: L = ") and "does not scale" in n for n in names)
+    assert not any(n.startswith("hyperp") and "does not scale" in n for n in names)
