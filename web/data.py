@@ -36,7 +36,7 @@ from hyperwatch.web.figures import (
     stability_figure,
     x_values,
 )
-from hyperwatch.web.scale import colours, esc, labels, order_by_size, size_of
+from hyperwatch.web.scale import colours, esc, labels, order_by_size, size_axis
 from hyperwatch.web.sweeps import sweeps_payload
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ def group_compare(
     lines: list[RunLine] = []
     records: list[dict[str, Any]] = []
     matching = match_runs(runs)
+    axis = size_axis(runs)  # parameters, else depth, labelled so; no verdict across lengths at one size
     for run in runs:
         latest = read.index(run)
         if not any(s.name == name for s in latest):
@@ -85,8 +86,8 @@ def group_compare(
         if not line.values:
             continue
         lines.append(RunLine(run, line, label[run.id], colour[run.id], rank[run.id]))
-        size = size_of(run)
-        if size is not None and run.id in matching.cutoff and matching.reason is None:
+        size = axis.of(run)
+        if size is not None and run.id in matching.cutoff and matching.reason is None and axis.blocker is None:
             compared = truncate(line, matching.cutoff[run.id])
             if compared.values:
                 records.append({"run": run.name, "scale": size, "indicators": {name: stability_values(compared, name)}})
@@ -97,12 +98,12 @@ def group_compare(
             verdict = stability_verdict(records).to_json()["indicators"].get(name)
         except AnalysisError as exc:  # the records are built here, so this is a bug worth a log line
             log.warning("stability verdict of %s in group %s failed: %s", name, group.name, exc)
-    why = matching.reason or ("n/a: no run has a model size" if not records else None)
+    why = matching.reason or axis.blocker or ("n/a: no run has a model size" if not records else None)
     return jsonable(  # type: ignore[no-any-return]
         {
             "group": group.name,
             "figure": figure,
-            "stability": stability_figure(name, verdict, "model size (parameters)", why, matching.fraction),
+            "stability": stability_figure(name, verdict, axis.label, why, matching.fraction),
             "runs": len(lines),
             "live": {str(run.id): live_cursor(run.last_step, buckets) for run in runs},
         }
