@@ -17,6 +17,7 @@ key read per run) and calls :func:`live_delta` only for runs that moved.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -25,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hyperwatch.hooks.schema import encode_value
+from hyperwatch.monitor.analysis import jsonable
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import Alert, Run, SeriesInfo
 from hyperwatch.monitor.views import TokenMap, XAxis, XAxisError, is_stale, x_values
@@ -126,10 +129,15 @@ def token_map_since(store: Store, run: Run, latest: Sequence[SeriesInfo], after:
     return TokenMap((), per_step)
 
 
+def _wire(v: float | None) -> float | str | None:
+    """A value as JSON carries it: "NaN", "Infinity", "-Infinity" for the non-finite (see :func:`to_json`)."""
+    return v if v is None or math.isfinite(v) else encode_value(v)
+
+
 def _line(steps: list[int], tokens: list[int | None], values: list[float], run: Run, x: XAxis) -> dict[str, Any]:
     xs = x_values(run, steps, tokens, x)
     keep = [i for i, v in enumerate(xs) if v is not None]
-    return {"step": [steps[i] for i in keep], "x": [xs[i] for i in keep], "y": [values[i] for i in keep]}
+    return {"step": [steps[i] for i in keep], "x": [xs[i] for i in keep], "y": [_wire(values[i]) for i in keep]}
 
 
 FAST_STEPS = 256
@@ -224,7 +232,7 @@ def fast_deltas(
             found[agg] = _line(steps, tokens, values, run, x)
         if "heat" in modes:
             found["heat"] = {"step": steps, "x": x_values(run, steps, tokens, x), "layers": layers, "width": w,
-                             "z": [[cells[la].get(b) for b in cols] for la in layers]}  # fmt: skip
+                             "z": [[_wire(cells[la].get(b)) for b in cols] for la in layers]}  # fmt: skip
         for mode in modes:
             if mode.isdigit() and series.get(int(mode)):
                 pts = _downsampled(series[int(mode)], nb)
@@ -267,7 +275,7 @@ def delta_series(
         if "heat" in modes:
             xs = x_values(run, steps, tokens, x)
             out["heat"] = {"step": steps, "x": xs, "layers": m.layers, "width": m.bucket_width,
-                           "z": [[row[j] for j in cols] for row in m.values]}  # fmt: skip
+                           "z": [[_wire(row[j]) for j in cols] for row in m.values]}  # fmt: skip
     for mode in modes:
         if mode.isdigit():
             s = store.series(run.id, name, int(mode), _buckets(after, last, every), after + 1, last)
@@ -278,7 +286,7 @@ def delta_series(
 
 def alert_view(a: Alert) -> dict[str, Any]:
     return {"id": a.id, "run_id": a.run_id, "rule": a.rule, "severity": a.severity, "name": a.name,
-            "layer": a.layer, "step": a.step, "value": a.value, "message": a.message}  # fmt: skip
+            "layer": a.layer, "step": a.step, "value": _wire(a.value), "message": a.message}  # fmt: skip
 
 
 def run_delta(
@@ -328,3 +336,13 @@ def run_delta(
             view["x"] = None
         state["alerts"].append(view)
     return state
+
+
+def to_json(body: dict[str, Any]) -> bytes:
+    """The live answer as JSON bytes. Its values are already wire-encoded (:func:`_wire`), so the plain
+    encoder does (FastAPI's generic one walks every number of a 64-layer heatmap again); anything
+    non-finite left over goes through :func:`jsonable` rather than out as a bare ``NaN``."""
+    try:
+        return json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
+    except ValueError:
+        return json.dumps(jsonable(body), allow_nan=False, separators=(",", ":")).encode()

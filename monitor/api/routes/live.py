@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 
-from hyperwatch.monitor.analysis import jsonable
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.schemas import MetricName, XAxis
 from hyperwatch.monitor.store.entities import Run
 from hyperwatch.monitor.views import MAX_GROUP_RUNS, group_runs
-from hyperwatch.monitor.views_live import LINE_MODES, Cursor, run_delta
+from hyperwatch.monitor.views_live import LINE_MODES, Cursor, run_delta, to_json
 from hyperwatch.monitor.views_read import ReaderDep
 
 router = APIRouter(tags=["query"])  # ReaderDep checks read auth
@@ -45,7 +44,13 @@ def _parse(cursors: list[str]) -> dict[int, Cursor]:
     return {c.run_id: c for c in parsed}
 
 
-@router.get("/live", summary="New points since a page's cursor (long poll)", description=LIVE_DOC)
+@router.get(
+    "/live",
+    summary="New points since a page's cursor (long poll)",
+    description=LIVE_DOC,
+    response_class=Response,
+    responses={200: {"content": {"application/json": {}}, "description": "each run's state and new points"}},
+)
 async def live(
     request: Request,
     read: ReaderDep,
@@ -57,7 +62,7 @@ async def live(
     x: Annotated[XAxis, Query(description="step, tokens, flops or fraction")] = "step",
     alert_after: Annotated[int, Query(ge=0, description="the largest alert id drawn")] = 0,
     wait: Annotated[float, Query(ge=0, le=30, description="seconds to wait for news")] = 10.0,
-) -> dict[str, Any]:
+) -> Response:
     store, settings = read.store, read.settings
     cursors = _parse(cursor or [])
     modes = line or ["mean", "max"]
@@ -83,7 +88,7 @@ async def live(
             break
         await asyncio.sleep(POLL_S)
 
-    def build() -> dict[str, Any]:
+    def build() -> bytes:
         out = []
         for run in runs:
             if run.id not in cursors:
@@ -102,6 +107,6 @@ async def live(
                     settings.max_page_size,
                 )
             )
-        return {"runs": out, "added": added}
+        return to_json({"runs": out, "added": added})
 
-    return jsonable(await anyio.to_thread.run_sync(build))  # type: ignore[no-any-return]
+    return Response(await anyio.to_thread.run_sync(build), media_type="application/json")
