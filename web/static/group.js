@@ -48,7 +48,9 @@
       }
       if (!body.runs) {
         div.classList.add("empty");
-        div.replaceChildren(HW.el("p", { class: "empty", text: `${name}: no run of this group logs it` }));
+        /* meta.empty: why (router Z and MaxVio on a dense group: no router) */
+        const why = body.figure.meta.empty || "no run of this group logs it";
+        div.replaceChildren(HW.el("p", { class: "empty", text: `${name}: ${why}` }));
         side.replaceChildren();
         return;
       }
