@@ -181,6 +181,38 @@ def _downsampled(pts: Sequence[tuple[int, float]], buckets: int) -> list[tuple[i
     return [keep[s] for s in sorted(keep)]
 
 
+def _one_step(
+    run: Run, points: Sequence[SeriesInfo], modes: Sequence[str], step: int, tmap: TokenMap, x: XAxis
+) -> dict[str, dict[str, Any]]:
+    """:func:`fast_deltas` of one step (what a page that keeps up asks for): one column per name, so
+    no buckets; the same numbers (each layer's value, NaN wins, then the mean or the max)."""
+    by_name: dict[str, list[SeriesInfo]] = {}
+    for p in points:
+        by_name.setdefault(p.name, []).append(p)
+    xs = x_values(run, [step], tmap.at([step]), x)
+    if xs[0] is None:
+        return {}
+    one = {"step": [step], "x": xs}
+    out: dict[str, dict[str, Any]] = {}
+    for name, pts in by_name.items():
+        layered = sorted((p for p in pts if p.layer is not None), key=lambda p: p.layer or 0)
+        if not layered:
+            out[name] = {"run": {**one, "y": [_wire(pts[0].value)]}}
+            continue
+        values = [p.value for p in layered]
+        found: dict[str, Any] = {}
+        for agg in (m for m in modes if m in ("mean", "max")):
+            found[agg] = {**one, "y": [_wire(_aggregate(values, agg))]}
+        if "heat" in modes:
+            found["heat"] = {**one, "layers": [p.layer for p in layered], "width": 1,
+                             "z": [[_wire(v)] for v in values]}  # fmt: skip
+        for p in layered:
+            if str(p.layer) in modes:
+                found[str(p.layer)] = {**one, "y": [_wire(p.value)]}
+        out[name] = found
+    return out
+
+
 def fast_deltas(
     store: Store,
     run: Run,
@@ -202,7 +234,7 @@ def fast_deltas(
     keys = [(s.name, s.layer, last + 1) for s in wanted]
     if span == 1 and fresh and all(s.step <= last for s in wanted):
         # one new step and an index read after it: each series' latest point is the delta
-        windows = [[(s.step, s.value)] if s.step == last else [] for s in wanted]
+        return _one_step(run, [s for s in wanted if s.step == last], modes, last, tmap, x)
     else:  # the index may be a few seconds old: read every known series' newest points
         windows = store.trailing_points(run.id, keys, span) if keys else []
     by_name: dict[str, dict[int | None, list[tuple[int, float]]]] = {}
