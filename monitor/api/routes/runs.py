@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
 from hyperwatch.monitor.schemas import RunCreate, RunOut, RunUpdate, SeriesInfoOut, Status
@@ -29,17 +29,6 @@ def runs_out(runs: Iterable[dict[str, Any]]) -> list[RunOut]:
     return out
 
 
-class RunAttach(RunCreate):
-    """A run as the hooks create it: with the id of the process writing it (see monitor.store.identity)."""
-
-    attach_id: str | None = Field(
-        default=None,
-        pattern=r"^[0-9a-f]{8,64}$",
-        description="random hex id of the writing process (hooks.attach); another process's id is refused (409)",
-    )
-    resume: bool = Field(default=False, description="with attach_id: take over the existing run of this name")
-
-
 @router.post(
     "/runs",
     response_model=RunOut,
@@ -51,7 +40,7 @@ class RunAttach(RunCreate):
     },
     summary="Create a run, or update the run with this project and name",
 )
-def upsert_run(body: RunAttach, store: StoreDep, response: Response) -> RunOut:
+def upsert_run(body: RunCreate, store: StoreDep, response: Response) -> RunOut:
     fields = body.model_dump(exclude_unset=True, exclude={"name", "project", "attach_id", "resume"})
     new = False
     if body.attach_id is not None:
