@@ -163,11 +163,12 @@ def main() -> int:
             with chromium() as driver:
                 driver.get(f"{svc.url}/runs/{watched}")
                 wait_ready(driver, 120)
-                driver.execute_script("window.hwLiveLog = [];")
+                driver.execute_script("window.hwLiveLog = []; document.body.dataset.livePolls = '0';")
                 t_b = time.time()
                 cpu_b = cpu_share(pid, args.seconds)
                 t_c = time.time()
                 log = driver.execute_script("return window.hwLiveLog || [];")
+                answers = int(driver.execute_script("return document.body.dataset.livePolls || '0';"))
                 driver.get("about:blank")
             time.sleep(1.0)
             t_c2 = time.time()
@@ -197,6 +198,7 @@ def main() -> int:
         f"ingest -> pixel on an open run page: p50 {pct(lat, 0.5):.3f} s, p95 {p95:.3f} s, max {max(lat):.3f} s "
         f"over {len(lat)} steps (target p95 <= {P95_TARGET_S:g} s: {'MET' if p95 <= P95_TARGET_S else 'NOT MET'})"
     )
+    print(f"live answers to the page: {answers} in {t_c - t_b:.1f} s ({answers / (t_c - t_b):.2f}/s)")
     base = (cpu_a + cpu_c) / 2
     extra = cpu_b / base - 1
     verdict = "MET" if extra <= CPU_TARGET else "NOT MET"
