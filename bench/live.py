@@ -146,6 +146,7 @@ def main() -> int:
         url = f"sqlite:///{Path(tmp) / 'live.db'}"
         fresh(url)
         with service_process(url, TOKEN, timeout=600) as svc:
+            assert svc.proc is not None, "the service process did not start"
             pid = svc.proc.pid
             stop = threading.Event()
             writers = [Writer(svc.url, f"live-{i}", 1.0 / args.rate, stop) for i in range(args.runs)]
