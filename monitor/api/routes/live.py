@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request, Response
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.schemas import MetricName, XAxis
 from hyperwatch.monitor.store.entities import Run
-from hyperwatch.monitor.views import MAX_GROUP_RUNS, group_runs
+from hyperwatch.monitor.views import MAX_GROUP_RUNS
 from hyperwatch.monitor.views_live import LINE_MODES, Cursor, run_delta, to_json
 from hyperwatch.monitor.views_read import ReaderDep
 
@@ -76,8 +76,8 @@ async def live(
 
     def read_runs() -> list[Run]:
         if group_id is not None:
-            return group_runs(store, group_id)[1][:MAX_GROUP_RUNS]
-        return [store.get_run(rid) for rid in cursors]
+            return read.group(group_id)[1][:MAX_GROUP_RUNS]
+        return [read.run(rid) for rid in cursors]
 
     deadline = time.monotonic() + wait
     while True:
