@@ -193,3 +193,23 @@ def test_comparison_across_two_groups_is_live_and_shareable(svc: Live, browser: 
     assert browser.find_element("id", "x-axis").get_attribute("value") == "tokens"
     assert trace_of(browser, "fig-compare", b.id)["x"][-1] == 4096 * 12
     assert console_errors(browser) == []
+
+
+def test_comparison_by_filter_and_from_the_runs_page_filter(svc: Live, browser: Any) -> None:
+    a = Streamer(svc.base, "f-a", "proj-filter", "arm-x", 2)
+    b = Streamer(svc.base, "f-b", "proj-filter", "arm-y", 3)
+    a.steps(range(0, 4))
+    b.steps(range(0, 4))
+    browser.get(f"{svc.base}/compare?project=proj-filter&name=loss")
+    wait_ready(browser)
+    wait_for(browser, lambda d: d.execute_script("return !!document.getElementById('fig-compare').data"), 20)
+    assert trace_of(browser, "fig-compare", a.id) and trace_of(browser, "fig-compare", b.id)
+    assert browser.find_element("id", "name").get_attribute("value") == "loss"
+    # the URL now names the runs, so it opens the same view once more runs match the filter
+    assert f"run_id={a.id}" in browser.current_url and f"run_id={b.id}" in browser.current_url
+    # /runs filtered by project: "Compare all shown" links to exactly those runs
+    browser.get(f"{svc.base}/runs?project=proj-filter")
+    wait_ready(browser)
+    href = browser.find_element("id", "compare-shown").get_attribute("href")
+    assert sorted(href.split("?", 1)[1].split("&")) == sorted([f"run_id={a.id}", f"run_id={b.id}"])
+    assert console_errors(browser) == []
