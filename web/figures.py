@@ -203,7 +203,13 @@ def compare_figure(name: str, lines: Sequence[RunLine], x: XAxis, agg: str, gl: 
     # per axis: switching x draws fresh ticks (the same revision kept the old axis's tick labels)
     layout["uirevision"] = f"{name}:{x}"
     layout["showlegend"] = False  # one legend for the whole page (runs share colours across figures)
-    about: dict[str, Any] = {"name": name, "missing": missing_note(missing, missing_runs, x)}
+    about: dict[str, Any] = {
+        "name": name,
+        "missing": missing_note(missing, missing_runs, x),
+        # for one note per page: the runs not drawn and what fills the gap (plain text)
+        "missing_runs": missing_runs,
+        "missing_fix": (f"attach with {FIX[x]}" if FIX.get(x) else missing[0]) if missing else "",
+    }
     if not lines and name in ROUTER_ONLY:
         about["empty"] = ROUTER_ONLY[name]
         layout["annotations"] = [note(ROUTER_ONLY[name])]

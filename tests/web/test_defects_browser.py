@@ -16,8 +16,9 @@ import pytest
 
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store.entities import NewAlert
-from tests.web.browser import screenshot, wait_for
+from tests.web.browser import screenshot, wait_for, wait_ready
 from tests.web.conftest import Live, _live
+from tests.web.seed import XSS_NAME
 from tests.web.test_browser import fig, lines, load
 
 pytestmark = pytest.mark.slow
@@ -107,3 +108,15 @@ def test_scale_page_dense_router_panels_rule_and_fresh_ticks(dense: Live, browse
     ticks = [number(t) for t in tick_texts(browser, "fig-loss", "x") if re.search(r"\d", t)]
     assert ticks and max(ticks) <= 1.0, ticks  # the step axis's labels (0..60) do not stay
     screenshot(browser, artifacts / "defects-scale.png")
+
+
+def test_runs_missing_a_field_get_one_note_per_page(live: Live, browser: Any) -> None:
+    load(browser, f"{live.base}/groups/{live.ids['xss_group_id']}")
+    browser.find_element("css selector", "#x-axis option[value=fraction]").click()
+    wait_for(browser, lambda d: XSS_NAME in d.find_element("id", "missing-attention_z").text)
+    wait_ready(browser)
+    notes = browser.execute_script(
+        "return Array.from(document.querySelectorAll('p.missing')).map(p => p.textContent).filter(t => t)"
+    )
+    assert len(notes) == 1, notes  # once for the page, not under every indicator
+    assert "hooks.attach(..., total_steps=N)" in notes[0] and XSS_NAME in notes[0]

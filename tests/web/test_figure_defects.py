@@ -110,6 +110,9 @@ def test_runs_missing_a_field_get_one_short_note_with_the_attach_argument() -> N
     assert len(missing) == 1  # one note, not one paragraph per run
     assert missing[0].startswith("5 runs not drawn on x=fraction (r1, r2, r3 and 2 more)")
     assert "hooks.attach(..., total_steps=N)" in missing[0]
+    meta = compare_figure("loss", lines, "fraction", "mean", False)["meta"]
+    assert meta["missing_runs"] == ["r1", "r2", "r3", "r4", "r5"]  # the page unions these into one note
+    assert meta["missing_fix"].startswith("attach with hooks.attach(")
 
 
 def test_an_arm_whose_loss_rises_with_compute_does_not_scale() -> None:

@@ -35,7 +35,6 @@
   async function drawOne(name, gen) {
     const div = document.getElementById("fig-" + name);
     const side = document.getElementById("stab-" + name);
-    const missing = document.getElementById("missing-" + name);
     HW.begin();
     try {
       const body = await HW.api(`/ui/data/groups/${groupId}/compare`,
@@ -60,8 +59,8 @@
       await HW.plot(div, body.figure);
       await controls.apply(div);
       await HW.plot(side, body.stability);
-      const notes = body.figure.meta.missing;
-      missing.textContent = notes.length ? "Not drawn on this x-axis: " + notes.join("; ") : "";
+      rowNotes.set(name, body.figure.meta);
+      showNotes();
     } catch (err) {
       HW.fail(err);
     } finally {
@@ -108,8 +107,30 @@
     }
   }
 
+  /* One note for the page on the runs not drawn on this x-axis (the union over the rows, with the
+     attach argument that fills the gap), under the first row that has any; not one under every row. */
+  const rowNotes = new Map();
+  function showNotes() {
+    const names = [];
+    let fix = "";
+    let first = null;
+    for (const name of INDICATORS) {
+      const m = rowNotes.get(name);
+      if (!m || !m.missing_runs || !m.missing_runs.length) continue;
+      if (first === null) first = name;
+      fix = fix || m.missing_fix;
+      for (const r of m.missing_runs) if (!names.includes(r)) names.push(r);
+    }
+    const shown = names.slice(0, 5).join(", ") + (names.length > 5 ? ` and ${names.length - 5} more` : "");
+    for (const name of INDICATORS) {
+      const el = document.getElementById("missing-" + name);
+      if (el) el.textContent = name === first ? `Not drawn on this x-axis: ${names.length} run(s) (${shown}): ${fix}` : "";
+    }
+  }
+
   async function drawAll() {
     const gen = ++generation;
+    rowNotes.clear();
     cursors = {};
     every = 1;
     HW.begin();
