@@ -213,3 +213,32 @@ def test_comparison_by_filter_and_from_the_runs_page_filter(svc: Live, browser: 
     href = browser.find_element("id", "compare-shown").get_attribute("href")
     assert sorted(href.split("?", 1)[1].split("&")) == sorted([f"run_id={a.id}", f"run_id={b.id}"])
     assert console_errors(browser) == []
+
+
+def test_a_page_left_open_stays_bounded_and_keeps_spikes(svc: Live, browser: Any) -> None:
+    run = Streamer(svc.base, "long-open", "p-long", "g-long", 2)
+    run.steps(range(0, 10))
+    browser.get(f"{svc.base}/runs/{run.id}?live=0")
+    wait_ready(browser)
+    # 20,000 more steps as live deltas, a spike and a NaN among them: the line is thinned by the
+    # server's rule (min and max per bucket), so both survive and the trace stays bounded
+    out = browser.execute_script(
+        """
+        const line = document.getElementById('fig-loss'), heat = document.getElementById('heat-attention_z');
+        for (let k = 0; k < 20; k++) {
+          const x = [], y = [], z = [[], []];
+          for (let s = 10 + 1000 * k; s < 10 + 1000 * (k + 1); s++) {
+            x.push(s); y.push(s === 12345 ? 99 : (s === 15000 ? 'NaN' : 4 - s * 1e-5)); z[0].push(1); z[1].push(s);
+          }
+          HW.extendLine(line, 0, {x, y, step: x}, 0.97);
+          HW.extendHeat(heat, {x, layers: [0, 1], z});
+        }
+        const t = line.data[0];
+        const h = heat.data[0];
+        return {n: t.x.length, limit: line._limit, last: t.x[t.x.length - 1], spike: t.y.includes(99),
+                gap: t.y[t.x.indexOf(15000)] === null, heat: h.x.length, top: Math.max(...h.z[1])};
+        """
+    )
+    assert out["n"] <= out["limit"] and out["last"] == 20009
+    assert out["spike"] and out["gap"]
+    assert out["heat"] <= 600 and out["top"] == 20009  # merged columns keep each layer's max

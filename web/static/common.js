@@ -173,6 +173,34 @@ const HW = (() => {
     return -Infinity;
   }
 
+  /* A page left open on a long run would gather a point per logged step: past twice what it drew
+     first (at least 2,000), a line is thinned the way the server downsamples, each of half that many
+     buckets keeping its first, its min and its max point (spikes survive) and every gap (a NaN). */
+  function thin(div, i) {
+    const t = div.data[i];
+    const limit = div._limit || (div._limit = Math.max(2000, 2 * Math.max(...div.data.map((d) => (d.x || []).length))));
+    if (t.x.length <= limit) return;
+    const ys = div._raw && div._raw[i] ? div._raw[i] : t.y;
+    const n = t.x.length, buckets = Math.floor(limit / 2);
+    const lo = t.x[0], width = (t.x[n - 1] - lo) / buckets || 1;
+    const keep = new Set([0, n - 1]);
+    const ext = new Map();
+    for (let k = 0; k < n; k++) {
+      const y = ys[k];
+      if (y === null || y === undefined) { keep.add(k); continue; }
+      const b = Math.min(buckets - 1, Math.floor((t.x[k] - lo) / width));
+      const e = ext.get(b);
+      if (!e) { ext.set(b, [k, k, k]); continue; }
+      if (y < ys[e[1]]) e[1] = k;
+      if (y > ys[e[2]]) e[2] = k;
+    }
+    for (const e of ext.values()) e.forEach((k) => keep.add(k));
+    const idx = Array.from(keep).sort((a, b) => a - b);
+    t.x = idx.map((k) => t.x[k]);
+    if (div._raw && div._raw[i]) div._raw[i] = idx.map((k) => div._raw[i][k]);
+    else t.y = idx.map((k) => t.y[k]);
+  }
+
   /* Append a delta ({x, y, step}) to line trace i of div: points at or before the trace's last x are
      already drawn and dropped; a non-finite value ("NaN", "Infinity", "-Infinity") is a gap in the
      line and a red marker on the overlay axis in the lane given, as the server draws it.
@@ -191,8 +219,10 @@ const HW = (() => {
     if (!xs.length) return 0;
     t.x = t.x.concat(xs);
     const raw = div._raw && div._raw[i];
-    if (raw) { div._raw[i] = raw.concat(ys); t.y = div._smooth ? ema(div._raw[i], EMA_WEIGHT) : div._raw[i].slice(); }
+    if (raw) div._raw[i] = raw.concat(ys);
     else t.y = t.y.concat(ys);
+    thin(div, i);
+    if (raw) t.y = div._smooth ? ema(div._raw[i], EMA_WEIGHT) : div._raw[i].slice();
     if (nf.length) {
       const colour = (t.line && t.line.color) || "#555";
       div.data.push({ type: "scatter", mode: "markers", x: nf.map((p) => p[0]), y: nf.map(() => lane), yaxis: "y2",
@@ -224,6 +254,17 @@ const HW = (() => {
         return v;
       }));
     });
+    /* past twice its first width (at least 600 columns), neighbouring columns merge into one, each
+       cell the max of the two: the heatmap's own rule (a layer's max per bucket), at twice the bucket */
+    const limit = div._limit || (div._limit = Math.max(600, 2 * (t.x.length - cols.length)));
+    while (t.x.length > limit) {
+      const pairs = (row) => row.filter((_, k) => k % 2 === 0).map((v, h) => {
+        const w = row[2 * h + 1];
+        return v === null || v === undefined ? (w ?? null) : (w === null || w === undefined ? v : Math.max(v, w));
+      });
+      t.z = t.z.map(pairs);
+      t.x = t.x.filter((_, k) => k % 2 === 0);
+    }
     if (nf.length) {
       div.data.push({ type: "scatter", mode: "markers", x: nf.map((p) => p[0]), y: nf.map((p) => p[1]),
         text: nf.map((p) => p[2]), name: "non-finite", hovertemplate: "layer %{y}<br>%{text} at %{x}<extra></extra>",
@@ -313,6 +354,6 @@ const HW = (() => {
   }
 
   return { el, api, status, plot, begin, end, ema, applySmoothing, applyLogY, wireControls, fmtCount, parseCount,
-    fmtValue, fail, extendLine, extendHeat, extendAlerts, redraw, live, painted, escHtml, memoryToken: null,
+    fmtValue, fail, extendLine, thin, extendHeat, extendAlerts, redraw, live, painted, escHtml, memoryToken: null,
     pageData: (k) => document.getElementById("page").dataset[k] };
 })();
