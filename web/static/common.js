@@ -330,18 +330,24 @@ const HW = (() => {
   }
 
   /* Poll the live stream until stop(): params() gives the request (cursors etc.; null: not now),
-     onNews(body, params) draws it (and drops an answer to params the page has moved on from).
+     onNews(body, params) draws it (and drops an answer to params the page has moved on from); at
+     most one request per gapMs.
      The request itself waits on the server until a run moves, so an idle page costs one request per 10 s. */
-  function live(params, onNews) {
+  function live(params, onNews, gapMs) {
     let stopped = false;
     (async () => {
       while (!stopped) {
         try {
           const p = params();
           if (!p) { await new Promise((r) => setTimeout(r, 500)); continue; }
+          const asked = performance.now();
           const body = await api("/api/v1/live", Object.assign({ wait: 10 }, p));
           if (stopped) break;
           await onNews(body, p);
+          /* pages of many runs gather the news of gapMs into one answer (8 runs logging twice a second
+             would otherwise be 16 answers a second) */
+          const rest = (gapMs || 0) - (performance.now() - asked);
+          if (rest > 0) await new Promise((r) => setTimeout(r, rest));
           document.body.dataset.livePolls = String(Number(document.body.dataset.livePolls || 0) + 1);
         } catch (err) {
           if (stopped) break;

@@ -96,7 +96,7 @@
       }
       legend();
       HW.status("");
-      if (!stream) stream = HW.live(liveParams, onNews);
+      if (!stream) stream = HW.live(liveParams, onNews, 500);
     } catch (err) {
       HW.fail(err);
     } finally {

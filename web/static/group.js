@@ -136,7 +136,7 @@
     HW.begin();
     try {
       await Promise.all(INDICATORS.map((n) => drawOne(n, gen)));
-      if (gen === generation && !stream) stream = HW.live(liveParams, onNews);
+      if (gen === generation && !stream) stream = HW.live(liveParams, onNews, 500);
     } finally {
       HW.end();
     }
