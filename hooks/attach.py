@@ -14,6 +14,7 @@ from torch import nn
 
 from hyperwatch.hooks import indicators
 from hyperwatch.hooks.adapters import discover
+from hyperwatch.hooks.describe import BudgetFromSteps, describe
 from hyperwatch.hooks.monitor import Monitor
 from hyperwatch.hooks.sinks.base import FanOut, RunInfo, Sink, SinkError
 from hyperwatch.hooks.sinks.http import HttpSink, check_close_timeout, default_close_timeout
@@ -108,6 +109,10 @@ def attach(
     token: str | None = None,
     chunk_elements: int = indicators.DEFAULT_CHUNK_ELEMENTS,
     close_timeout: float | None = None,
+    total_steps: int | None = None,
+    tokens: int | None = None,
+    flops_per_token: float | None = None,
+    resume: bool = False,
     **run_fields: Any,
 ) -> Monitor:
     """Attach stability hooks to ``model`` and stream them to ``sink`` every ``every`` steps.
@@ -122,6 +127,15 @@ def attach(
       bare logits). Never an error for a model it can partly measure: the rest is ``unavailable``.
     - ``weights``: also each hidden matrix's Frobenius norm and update/weight ratio.
     - ``grad_norm``: compute the gradient norm when ``step`` is not given one.
+    - ``total_steps``: optimizer steps the run will take; ``tokens``: its token budget (training
+      tokens over all steps). Either one lets pages draw it against tokens, FLOPs and the fraction
+      of training; with ``total_steps`` alone the budget is learned from the tokens passed to
+      ``mon.step`` and sent once. ``flops_per_token``: training FLOPs per token (default 6N, N the
+      ``active_params`` when given, else the parameters counted from the model, sent as
+      ``total_params``); the run's ``flops`` is that times the budget.
+    - ``resume``: continue the stored run of this name (after a crash, from a checkpoint). Without
+      it, a name whose run ended (finished, failed...) or belongs to another process is refused by
+      the service and the error says so; the spool keeps the batches for this process's run only.
     - ``close_timeout``: ``close()`` returns within about this many seconds (default
       ``$HYPERWATCH_CLOSE_TIMEOUT``, else 5): what the HTTP sink has not delivered by then stays in
       its spool, and the exact ``hyperwatch upload <spool folder> --server <url>`` command is logged.
@@ -134,15 +148,19 @@ def attach(
         raise ValueError(f"config: must be a dict (stored as the run's JSON config), got {type(config).__name__}")
     if isinstance(chunk_elements, bool) or not isinstance(chunk_elements, int) or chunk_elements < 1:
         raise ValueError(f"chunk_elements: must be a positive integer, got {chunk_elements!r}")
+    if not isinstance(resume, bool):
+        raise ValueError(f"resume: must be True or False (continue the stored run of this name), got {resume!r}")
+    given = {k: v for k, v in (("total_steps", total_steps), ("tokens", tokens)) if v is not None}
+    run_fields = describe(model, {**run_fields, **given}, flops_per_token)
     plan = discover(model, adapter, attention, mlp, router, top_k)
     n_layers = max((s.index for s in plan.layers), default=-1) + 1
     full_config = dict(config or {})
     full_config.setdefault("_hyperwatch", {**_environment(model, plan.family, every, n_layers), **plan.notes})
-    info = RunInfo(name=run, config=full_config, fields={"status": "running", **run_fields})
+    info = RunInfo(name=run, config=full_config, fields={"status": "running", **run_fields}, resume=resume)
     rank0 = not (dist.is_available() and dist.is_initialized()) or dist.get_rank(process_group) == 0
     timeout = default_close_timeout() if close_timeout is None else check_close_timeout(close_timeout)
     built = make_sink(sink, spool, token, timeout) if rank0 else None
-    return Monitor(
+    mon = Monitor(
         model,
         plan,
         info,
@@ -154,3 +172,5 @@ def attach(
         auto_grad_norm=grad_norm,
         close_timeout=timeout,
     )
+    mon.budget = BudgetFromSteps(run_fields, flops_per_token)
+    return mon

@@ -34,6 +34,7 @@ from torch import nn
 from hyperwatch.hooks import indicators
 from hyperwatch.hooks.accumulate import GRAD_NORM, LOSS, LOSS_N, Accumulator, LayerValues
 from hyperwatch.hooks.adapters import LayerSpec, ModelPlan
+from hyperwatch.hooks.describe import BudgetFromSteps
 from hyperwatch.hooks.discovery import DiscoveryProbe, refine
 from hyperwatch.hooks.mha import MhaProbe
 from hyperwatch.hooks.probes import (
@@ -127,6 +128,7 @@ class Monitor:
         self.closed = False
         self._finished = False
         self.last_points: list[Point] = []  # the last emitted step's points, for progress displays
+        self.budget: BudgetFromSteps | None = None  # set by attach: the token budget learned from steps
         n_layers = max((spec.index for spec in plan.layers), default=-1) + 1
         n_experts = [0] * n_layers
         for spec in plan.layers:
@@ -460,6 +462,10 @@ class Monitor:
         self.last_points = points  # read by progress displays (a reference swap: no lock needed)
         self._check_missing(layers)
         self._write(points)
+        learned = self.budget.observe(step, tokens) if self.budget is not None else None
+        if learned and self.sink is not None:  # sent once, as run fields
+            self.run.fields.update(learned)
+            self.sink.update(learned)
         self._send_unavailable()
 
     def _send_unavailable(self) -> None:

@@ -97,7 +97,10 @@ class Uploader:
     def upload(self, folder: Path) -> int:
         """Upload one run folder; returns the number of points sent."""
         run = RunInfo.from_json(_read_object(folder / RUN_FILE), str(folder / RUN_FILE))
-        resp = self._call("POST", "/api/v1/runs", run.to_json())
+        body = run.create_body()
+        if "attach_id" in body:  # replaying a folder continues the run it holds (as a resumed process)
+            body["resume"] = True
+        resp = self._call("POST", "/api/v1/runs", body)
         self._check(resp, f"creating run {run.name!r}")
         body = resp.body if isinstance(resp.body, dict) else {}
         run_id = str(body.get("id", run.name))

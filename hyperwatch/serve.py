@@ -11,9 +11,7 @@ import importlib.util
 import sys
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from hyperwatch.monitor.api.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT_S, HTTP_CHOICES
+from hyperwatch.monitor.serve_options import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT_S, HTTP_CHOICES
 
 if TYPE_CHECKING:
     from hyperwatch.monitor.store import SqlStore
@@ -90,6 +88,7 @@ def create_schema_if_empty(store: SqlStore) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
+    from pydantic import ValidationError
 
     from hyperwatch.app import create_app
     from hyperwatch.monitor.api.connections import guarded_protocol

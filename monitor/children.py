@@ -40,9 +40,14 @@ class ChildProcessError(RuntimeError):
 
 
 def free_port(host: str = "127.0.0.1", preferred: int = 0) -> int:
-    """``preferred`` when it is free (0: none preferred), else any free port on ``host``."""
+    """``preferred`` when it is free (0: none preferred), else any free port on ``host``.
+
+    The test bind sets SO_REUSEADDR, as uvicorn's own bind does: a port whose last connections are
+    in TIME_WAIT (a service stopped a moment ago) is free for the service, and a second quick
+    ``make demo`` keeps :8000 instead of moving to a random port that scripts do not know."""
     for port in dict.fromkeys((preferred, 0)):
         with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((host, port))
             except OSError:

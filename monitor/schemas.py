@@ -203,6 +203,13 @@ class RunFields(Strict):
 class RunCreate(RunFields):
     name: RunName
     project: ProjectName = "default"
+    # run identity (monitor.store.identity): the writing process, and whether it takes over the run
+    attach_id: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{8,64}$",
+        description="random hex id of the writing process (hooks.attach); another process's id is refused (409)",
+    )
+    resume: bool = Field(default=False, description="with attach_id: take over the existing run of this name")
 
 
 class RunUpdate(RunFields):

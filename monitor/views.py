@@ -399,20 +399,41 @@ def run_view(run: Run, stale_after_s: float, now: datetime | None = None) -> dic
 
 
 # -- the layer x step matrix at the logging interval ----------------------------------------------
-def layer_matrix(store: Store, run: Run, name: str, buckets: int) -> LayerMatrix:
+def _whole_intervals(store: Store, run: Run, m: LayerMatrix, start: int | None, end: int | None) -> LayerMatrix:
+    """Wide buckets holding a whole number of logging intervals (the hooks' ``every``, in the run's
+    config): 9-step buckets over a run logged every 10 steps left every tenth column empty and the
+    cells out of step with the line chart."""
+    meta = run.config.get("_hyperwatch") if isinstance(run.config, dict) else None
+    every = meta.get("every") if isinstance(meta, dict) else None
+    if not isinstance(every, int) or isinstance(every, bool) or every <= 1 or m.bucket_width % every == 0:
+        return m
+    width = -(-m.bucket_width // every) * every
+    span = len(m.bucket_starts) * m.bucket_width  # at least the steps covered, at most one bucket more
+    for n in (-(-span // width), -(-span // width) - 1):
+        wider = store.layer_matrix(run.id, m.name, max(1, n), start, end)
+        if wider.bucket_width % every == 0:
+            return wider
+    return m
+
+
+def layer_matrix(
+    store: Store, run: Run, name: str, buckets: int, start: int | None = None, end: int | None = None
+) -> LayerMatrix:
     """``store.layer_matrix`` with buckets no narrower than the run's logging interval.
 
     Logging every k steps into 1-step buckets leaves k-1 empty columns out of k (a striped
     heatmap); the interval is read off the data (the gcd of the non-empty columns' offsets) and
     the matrix is read again with one bucket per logged step.
     """
-    m = store.layer_matrix(run.id, name, buckets, None, None)
-    if m.bucket_width != 1 or not m.bucket_starts:
+    m = store.layer_matrix(run.id, name, buckets, start, end)
+    if not m.bucket_starts:
         return m
+    if m.bucket_width != 1:
+        return _whole_intervals(store, run, m, start, end)
     filled = [m.bucket_starts[j] for j in range(len(m.bucket_starts)) if any(row[j] is not None for row in m.values)]
     interval = 0
     for a, b in itertools.pairwise(filled):
         interval = math.gcd(interval, b - a)
     if interval <= 1:
         return m
-    return store.layer_matrix(run.id, name, max(1, -(-len(m.bucket_starts) // interval)), None, None)
+    return store.layer_matrix(run.id, name, max(1, -(-len(m.bucket_starts) // interval)), start, end)

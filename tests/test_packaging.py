@@ -257,3 +257,70 @@ def test_wheel_installs_into_an_environment_with_torch_and_leaves_torch_alone(tm
     after = (torch_dist.version, sha256(record), sha256(torch_init), torch_init.stat().st_mtime_ns)
     assert after == before, "torch was modified"
     assert (site / "torch").is_symlink() and (site / f"torch-{torch_dist.version}.dist-info").is_symlink()
+
+    # The server and trainer commands in this hooks-only install name the extra to install.
+    for argv, extra in HOOKS_ONLY_COMMANDS:
+        cwd = tmp_path / f"cwd-{argv[0]}"
+        cwd.mkdir()
+        done = subprocess.run(
+            [str(py), "-m", "hyperwatch", *argv], capture_output=True, text=True, env=env, timeout=300, cwd=cwd
+        )
+        assert done.returncode == 2, (argv, done.stdout, done.stderr)
+        assert f"pip install 'hyperwatch[{extra}]'" in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert list(cwd.iterdir()) == [], f"hyperwatch {argv[0]} wrote {list(cwd.iterdir())} before refusing"
+
+
+HOOKS_ONLY_COMMANDS: list[tuple[list[str], str]] = [
+    (["serve"], "server"),
+    (["fit", "lr", "x.csv"], "server"),
+    (["db", "current"], "server"),
+    (["forecast", "1"], "server"),
+    (["demo", "--fast"], "all"),
+    (["sweep", "configs/none.toml"], "all"),
+    (["train", "--preset", "tiny"], "trainer"),
+    (["data", "prepare"], "trainer"),
+]
+"""Commands that need an extra, with arguments that would otherwise start real work."""
+
+BLOCK_EXTRAS = r"""
+import runpy, sys
+from hyperwatch.cli import EXTRAS
+
+BLOCKED = {m for mods in EXTRAS.values() for m in mods}
+
+
+class HooksOnly:  # the extras' packages unimportable, as in an install of the hooks alone
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, HooksOnly())
+sys.argv = ["hyperwatch", *sys.argv[1:]]
+runpy.run_module("hyperwatch", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize(("argv", "extra"), HOOKS_ONLY_COMMANDS, ids=[a[0] for a, _ in HOOKS_ONLY_COMMANDS])
+def test_commands_without_their_extra_say_which_to_install_and_write_nothing(
+    tmp_path: Path, argv: list[str], extra: str
+) -> None:
+    """The cheap twin of the slow test's check: the extras are blocked by a meta-path finder in a
+    subprocess of this environment (the slow test runs the same commands in a real hooks-only venv)."""
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_EXTRAS, *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"pip install 'hyperwatch[{extra}]'" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written (train's data cache)
+
+
+@pytest.mark.parametrize("command", ["size", "upload"])
+def test_commands_of_the_hooks_alone_work_without_any_extra(tmp_path: Path, command: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_EXTRAS, command, "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and f"usage: hyperwatch {command}" in done.stdout, done.stdout + done.stderr

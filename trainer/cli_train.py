@@ -12,23 +12,38 @@ import json
 import logging
 import sys
 
-from hyperwatch.trainer.config import ConfigError, load_config
+from hyperwatch.trainer.config import ARMS, PRESETS, SECTIONS, ConfigError, load_config
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
+    sections = ", ".join(f"[{name}]" for name in SECTIONS)
     p = argparse.ArgumentParser(
         prog=prog,
-        description="Train one model. Options: --config FILE.toml, then any --section.key value overrides.",
+        description="Train one model. Options: --config FILE.toml, then any --section.key value overrides "
+        f"of its {sections} tables (--key value when only one section has the key, e.g. --depth 4).",
         epilog="example: hyperwatch train --preset tiny --arm hyperp_moe --depth 2 --log.sink runs/offline",
     )
-    p.add_argument("--config", default=None, help="TOML file with [model] [optim] [data] [train] [log] tables")
+    p.add_argument("--config", default=None, help="TOML file with " + " ".join(SECTIONS_TABLES) + " tables")
     p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    common = p.add_argument_group("common settings (shortcuts for --section.key value)")
+    common.add_argument(
+        "--preset", metavar="NAME", help=f"a model family: {', '.join(PRESETS)} (default paper; tiny trains on a CPU)"
+    )
+    common.add_argument("--arm", metavar="NAME", help=f"the optimizer arm (--optim.arm): {', '.join(ARMS)}")
+    common.add_argument("--depth", metavar="N", help="number of blocks (--model.depth)")
+    common.add_argument("--log.sink", metavar="URL|DIR", help="stream to the service at URL, or JSONL into DIR")
     return p
+
+
+SECTIONS_TABLES = [f"[{name}]" for name in SECTIONS]
+SHORTCUTS = ("preset", "arm", "depth", "log.sink")
+"""Options listed in --help; parsed as the overrides they are (the config decides their values)."""
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     args, rest = parser.parse_known_args(argv)
-    args.overrides = rest
+    given = [(key, getattr(args, key)) for key in SHORTCUTS if getattr(args, key, None) is not None]
+    args.overrides = [item for key, value in given for item in (f"--{key}", value)] + rest
     return args
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from hyperwatch.trainer.data import DataConfig
+from hyperwatch.trainer.data.config import DataConfig
 from hyperwatch.trainer.optim.schedule import head_multiplier, residual_multiplier
 
 

@@ -345,6 +345,10 @@ class Trainer:
             # The bundled trainer waits longer than the hooks' default for delivery at the end: sweeps
             # and the demo read the run back from the service right after. The env var still wins.
             close_timeout=None if os.environ.get("HYPERWATCH_CLOSE_TIMEOUT") else 60.0,
+            # The trainer names a run after its config: running that config again (a resumed checkpoint,
+            # a second `make demo` on the same database) continues the run of that name, as before
+            # run identity, rather than being refused as another process's run.
+            resume=True,
             project=self.cfg.log.project,
             group=self.cfg.log.group or None,
             tags=list(self.cfg.log.tags),

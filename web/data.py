@@ -1,37 +1,31 @@
 """JSON the pages draw: ready-made Plotly figures, under ``/ui/data`` (read auth, like /api/v1 reads).
 
-Every figure comes from the store through the same functions the API uses (the aggregation of
-:mod:`monitor.api.routes.analysis`, the store's min/max downsampling), so a page never shows a
-number the API would not give.
+Every number comes through the read layer only (:class:`monitor.views_read.Reader`, which also
+checks read auth, and :mod:`monitor.views`): the functions the API routes answer with, so a page
+never shows a number the API would not give. Each figure's ``live`` says where the page's live
+stream (GET /api/v1/live) starts.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
 from hyperwatch.monitor.analysis import AnalysisError, fit_group, jsonable, stability_verdict
-from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.schemas import MetricName
-from hyperwatch.monitor.store.base import Store
-from hyperwatch.monitor.store.entities import Run, SeriesInfo
 from hyperwatch.monitor.views import (
     STABILITY_INDICATORS,
     Agg,
     TokenMap,
-    aggregate_series,
     group_records,
-    group_runs,
-    layer_matrix,
     match_runs,
     stability_values,
     truncate,
 )
+from hyperwatch.monitor.views_read import ReaderDep
 from hyperwatch.web.figures import (
     RunLine,
     XAxis,
@@ -42,11 +36,11 @@ from hyperwatch.web.figures import (
     stability_figure,
     x_values,
 )
-from hyperwatch.web.scale import colours, esc, labels, order_by_size, size_of
+from hyperwatch.web.scale import colours, esc, labels, order_by_size, size_axis
 from hyperwatch.web.sweeps import sweeps_payload
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/ui/data", tags=["web"], dependencies=[ReadAuth], include_in_schema=False)
+router = APIRouter(prefix="/ui/data", tags=["web"], include_in_schema=False)
 
 COMPARE_INDICATORS = (*STABILITY_INDICATORS, "loss")
 """What the scale-comparison page shows, in order."""
@@ -55,72 +49,45 @@ Buckets = Annotated[int, Query(ge=10, description="buckets of the downsampling (
 GL = Annotated[bool, Query(description="draw lines with WebGL (scattergl)")]
 
 
-class _LatestCache:
-    """``store.list_series(run)`` memoised on the run's state (id, last_point_at, updated_at).
-
-    Every point write moves ``last_point_at``, so a hit is the same answer the store would give;
-    it saves the 8 figure requests of one page from reading the same index 8 times per run.
-    """
-
-    def __init__(self, size: int = 512) -> None:
-        self.size = size
-        self.items: OrderedDict[tuple[Any, ...], list[SeriesInfo]] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, store: Store, run: Run) -> list[SeriesInfo]:
-        key = (id(store), run.id, run.last_point_at, run.updated_at)
-        with self.lock:
-            if key in self.items:
-                self.items.move_to_end(key)
-                return self.items[key]
-        found = store.list_series(run.id)
-        with self.lock:
-            self.items[key] = found
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
-        return found
-
-
-_latest = _LatestCache()
-
-
-def _check_buckets(n: int, limit: int) -> int:
-    if n > limit:
-        raise InvalidInputError(f"buckets: {n} is above the limit of {limit} (HYPERWATCH_MAX_BUCKETS)")
-    return n
+def live_cursor(last_step: int | None, buckets: int) -> dict[str, int]:
+    """Where the page's live stream starts: the run's last step read *before* the figure (points
+    that arrive meanwhile come again, and the page drops steps it has), and the bucket width in
+    steps that keeps the live part as dense as the first read."""
+    last = -1 if last_step is None else last_step
+    return {"step": last, "every": max(1, -(-(last + 1) // buckets))}
 
 
 @router.get("/groups/{group_id}/compare")
 def group_compare(
     group_id: int,
     name: Annotated[MetricName, Query()],
-    store: StoreDep,
-    settings: SettingsDep,
+    read: ReaderDep,
     x: XAxis = "step",
     agg: Agg = "mean",
     buckets: Buckets = 400,
     gl: GL = False,
 ) -> dict[str, Any]:
     """One indicator for every run of a group, and its peak/final vs size with the verdict."""
-    _check_buckets(buckets, settings.max_buckets)
-    group, runs = group_runs(store, group_id)
+    read.buckets(buckets)
+    group, runs = read.group(group_id)
     runs = order_by_size(runs)
     colour, label = colours(runs), labels(runs)
     rank = {run.id: i for i, run in enumerate(runs)}
     lines: list[RunLine] = []
     records: list[dict[str, Any]] = []
     matching = match_runs(runs)
+    axis = size_axis(runs)  # parameters, else depth, labelled so; no verdict across lengths at one size
     for run in runs:
-        latest = _latest.get(store, run)
+        latest = read.index(run)
         if not any(s.name == name for s in latest):
             continue
-        tmap = TokenMap.of(store, run, latest) if x != "step" else TokenMap((), None)
-        line = aggregate_series(store, run, name, agg, buckets, latest, tmap)
+        tmap = read.token_map(run, latest) if x != "step" else TokenMap((), None)
+        line = read.line(run, name, agg, buckets, latest, tmap)
         if not line.values:
             continue
         lines.append(RunLine(run, line, label[run.id], colour[run.id], rank[run.id]))
-        size = size_of(run)
-        if size is not None and run.id in matching.cutoff and matching.reason is None:
+        size = axis.of(run)
+        if size is not None and run.id in matching.cutoff and matching.reason is None and axis.blocker is None:
             compared = truncate(line, matching.cutoff[run.id])
             if compared.values:
                 records.append({"run": run.name, "scale": size, "indicators": {name: stability_values(compared, name)}})
@@ -131,13 +98,14 @@ def group_compare(
             verdict = stability_verdict(records).to_json()["indicators"].get(name)
         except AnalysisError as exc:  # the records are built here, so this is a bug worth a log line
             log.warning("stability verdict of %s in group %s failed: %s", name, group.name, exc)
-    why = matching.reason or ("n/a: no run has a model size" if not records else None)
+    why = matching.reason or axis.blocker or ("n/a: no run has a model size" if not records else None)
     return jsonable(  # type: ignore[no-any-return]
         {
             "group": group.name,
             "figure": figure,
-            "stability": stability_figure(name, verdict, "model size (parameters)", why, matching.fraction),
+            "stability": stability_figure(name, verdict, axis.label, why, matching.fraction),
             "runs": len(lines),
+            "live": {str(run.id): live_cursor(run.last_step, buckets) for run in runs},
         }
     )
 
@@ -145,12 +113,12 @@ def group_compare(
 @router.get("/groups/{group_id}/sweeps")
 def group_sweeps(
     group_id: int,
-    store: StoreDep,
+    read: ReaderDep,
     baseline: Annotated[str | None, Query(max_length=64)] = None,
 ) -> dict[str, Any]:
     """Every figure of the sweeps page (LR sweeps, transfer laws, scaling laws and leverage)."""
-    _, runs = group_runs(store, group_id)
-    records, skipped = group_records(store, runs)
+    _, runs = read.group(group_id)
+    records, skipped = group_records(read.store, runs)
     methods = sorted({r["method"] or "default" for r in records if r["flops"] is not None})
     if baseline is not None and baseline not in methods:
         raise InvalidInputError(
@@ -172,51 +140,50 @@ def group_sweeps(
 def run_indicator(
     run_id: int,
     name: Annotated[MetricName, Query()],
-    store: StoreDep,
-    settings: SettingsDep,
+    read: ReaderDep,
     x: Annotated[XAxis, Query()] = "step",
     buckets: Buckets = 600,
     gl: GL = False,
 ) -> dict[str, Any]:
     """One indicator of one run: its line(s) with alerts, and the layer x step heatmap when per layer."""
-    _check_buckets(buckets, settings.max_buckets)
-    run = store.get_run(run_id)
-    latest = store.list_series(run.id)
-    tmap = TokenMap.of(store, run, latest) if x != "step" else TokenMap((), None)
+    read.buckets(buckets)
+    run = read.run(run_id)
+    latest = read.index(run)
+    tmap = read.token_map(run, latest) if x != "step" else TokenMap((), None)
     per_layer = any(s.name == name and s.layer is not None for s in latest)
     lines = []
     if per_layer:
-        lines.append(("mean over layers", aggregate_series(store, run, name, "mean", buckets, latest, tmap), "#1f77b4"))
-        lines.append(("max over layers", aggregate_series(store, run, name, "max", buckets, latest, tmap), "#ff7f0e"))
+        lines.append(("mean over layers", read.line(run, name, "mean", buckets, latest, tmap), "#1f77b4"))
+        lines.append(("max over layers", read.line(run, name, "max", buckets, latest, tmap), "#ff7f0e"))
     else:
-        lines.append((name, aggregate_series(store, run, name, "mean", buckets, latest, tmap), "#1f77b4"))
+        lines.append((name, read.line(run, name, "mean", buckets, latest, tmap), "#1f77b4"))
         if name == "loss" and any(s.name == "val_loss" and s.layer is None for s in latest):
-            lines.append(
-                ("val_loss", aggregate_series(store, run, "val_loss", "mean", buckets, latest, tmap), "#2ca02c")
-            )
-    alerts = [a for a in store.list_alerts(run_id=run.id, limit=settings.max_page_size) if a.name == name]
+            lines.append(("val_loss", read.line(run, "val_loss", "mean", buckets, latest, tmap), "#2ca02c"))
+    every_alert = read.alerts(run_id=run.id, limit=read.settings.max_page_size)
+    alerts = [a for a in every_alert if a.name == name]
     try:
         line_fig = run_line_figure(run, name, lines, alerts, x, gl)
         heat = None
         if per_layer:
-            m = layer_matrix(store, run, name, min(buckets, 300))
+            m = read.layers(run, name, min(buckets, 300))
             heat = heatmap_figure(run, m, x_values(run, m.bucket_starts, tmap.at(m.bucket_starts), x), x)
     except XAxisError as exc:
         raise InvalidInputError(str(exc)) from exc
-    return jsonable({"line": line_fig, "heatmap": heat, "per_layer": per_layer})  # type: ignore[no-any-return]
+    live = live_cursor(run.last_step, buckets)
+    live["alert_after"] = max((a.id for a in every_alert), default=0)
+    return jsonable({"line": line_fig, "heatmap": heat, "per_layer": per_layer, "live": live})  # type: ignore[no-any-return]
 
 
 @router.get("/alerts")
 def alerts_timeline(
-    store: StoreDep,
-    settings: SettingsDep,
+    read: ReaderDep,
     run_id: int | None = None,
     rule: Annotated[str | None, Query(max_length=64)] = None,
     project: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1)] = 1000,
 ) -> dict[str, Any]:
     """Alert events as a timeline (time x run, symbol by rule) with each point's run page link data."""
-    found = store.list_alerts(run_id, project, None, rule, min(limit, settings.max_page_size), 0)
+    found = read.alerts(run_id, project, None, rule, limit, 0)
     symbols = {"z_spike": "circle", "nan_loss": "x", "nonfinite_value": "triangle-up", "max_vio_collapse": "square"}
     sev = {"critical": "#d62728", "warning": "#ff9f1c"}
     by_rule: dict[str, list[Any]] = {}

@@ -117,12 +117,36 @@ def ratio_axis(layout: dict[str, Any], name: str, axis: str = "yaxis") -> dict[s
     return layout
 
 
+def flat_range(values: Sequence[float | None]) -> list[float] | None:
+    """A y range around a line that never changes (a constant LR), else None (autorange).
+
+    Plotly autoranges a constant y to value +- 1, so 3e-3 lay flat at "0" on a -1..1 axis; the
+    range here is value +- 10% (+-1 for 0), so the axis reads the value."""
+    finite = {v for v in values if v is not None and math.isfinite(v)}
+    if len(finite) != 1:
+        return None
+    (v,) = finite
+    pad = abs(v) * 0.1 if v != 0 else 1.0
+    return [v - pad, v + pad]
+
+
+def fix_flat_axis(layout: dict[str, Any], data: Sequence[dict[str, Any]], axis: str = "yaxis") -> None:
+    """Give ``axis`` the range of :func:`flat_range` when every line drawn on it is one constant."""
+    ys = [y for t in data if not t.get("yaxis") and t.get("mode") == "lines" for y in t.get("y", [])]
+    rng = flat_range(ys)
+    if rng is not None:
+        layout[axis]["range"] = rng
+        layout[axis]["autorange"] = False
+
+
 def base_layout(title: str, x_title: str, y_title: str, height: int = 340) -> dict[str, Any]:
     return {
         "title": {"text": title, "font": {"size": 14}, "x": 0.01, "xanchor": "left"},
         # fixed margins, no automargin: automargin costs plotly a second layout pass per figure
-        "xaxis": {"title": {"text": x_title}},
-        "yaxis": {"title": {"text": y_title}, "type": "linear", "exponentformat": "SI"},
+        # exponentformat "B": SI prefixes but 1e9 is "B", as human_count and the size labels write it
+        # (plotly's "SI" wrote "100G" on an axis beside "100B" on a colour bar)
+        "xaxis": {"title": {"text": x_title}, "exponentformat": "B"},
+        "yaxis": {"title": {"text": y_title}, "type": "linear", "exponentformat": "B"},
         "yaxis2": {"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
         "height": height,
         "margin": {"l": 64, "r": 20, "t": 40, "b": 45},
@@ -154,12 +178,14 @@ def compare_figure(name: str, lines: Sequence[RunLine], x: XAxis, agg: str, gl: 
     """
     data: list[dict[str, Any]] = []
     missing: list[str] = []
+    missing_runs: list[str] = []
     lanes: list[dict[str, Any]] = []
     for i, rl in enumerate(lines):
         try:
             xs = x_values(rl.run, rl.line.steps, rl.line.tokens, x)
         except XAxisError as exc:
             missing.append(str(exc))
+            missing_runs.append(rl.run.name)
             continue
         label, group = esc(rl.label), f"run{rl.run.id}"
         # meta.label is the raw label for the page's own legend (textContent); plotly gets the escaped one
@@ -173,9 +199,47 @@ def compare_figure(name: str, lines: Sequence[RunLine], x: XAxis, agg: str, gl: 
     per_layer = any(rl.line.per_layer for rl in lines)
     suffix = f" · {agg} over layers" if per_layer else ""
     layout = ratio_axis(base_layout(esc(TITLES.get(name, name)) + suffix, X_TITLES[x], esc(name)), name)
-    layout["uirevision"] = name
+    fix_flat_axis(layout, data)
+    # per axis: switching x draws fresh ticks (the same revision kept the old axis's tick labels)
+    layout["uirevision"] = f"{name}:{x}"
     layout["showlegend"] = False  # one legend for the whole page (runs share colours across figures)
-    return {"data": data, "layout": layout, "meta": {"name": name, "missing": missing}}
+    about: dict[str, Any] = {
+        "name": name,
+        "missing": missing_note(missing, missing_runs, x),
+        # for one note per page: the runs not drawn and what fills the gap (plain text)
+        "missing_runs": missing_runs,
+        "missing_fix": (f"attach with {FIX[x]}" if FIX.get(x) else missing[0]) if missing else "",
+    }
+    if not lines and name in ROUTER_ONLY:
+        about["empty"] = ROUTER_ONLY[name]
+        layout["annotations"] = [note(ROUTER_ONLY[name])]
+    return {"data": data, "layout": layout, "meta": about}
+
+
+ROUTER_ONLY = {
+    "router_z": "no run here has a router: router Z is measured on MoE routers (dense models have none)",
+    "max_vio": "no run here has experts: MaxVio (MoE load imbalance) is measured on MoE layers only",
+}
+"""Indicators only MoE models have; their panels say so on a dense group instead of staying empty."""
+
+FIX = {
+    "step": None,
+    "tokens": "hooks.attach(..., tokens=TOKEN_BUDGET) or total_steps=N with mon.step(..., tokens=seen)",
+    "flops": "hooks.attach(..., tokens=TOKEN_BUDGET) (FLOPs are 6N per token unless flops_per_token= is given)",
+    "fraction": "hooks.attach(..., total_steps=N) or tokens=TOKEN_BUDGET",
+}
+"""The attach argument that lets a hooks run be drawn on each x axis."""
+
+
+def missing_note(missing: Sequence[str], names: Sequence[str], x: XAxis) -> list[str]:
+    """One short note for every run that cannot be drawn on ``x`` (not one paragraph per run):
+    how many, which, and the exact attach argument that fills the gap (plain text, never escaped)."""
+    if not missing:
+        return []
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    runs = "1 run" if len(names) == 1 else f"{len(names)} runs"
+    fix = FIX.get(x)
+    return [f"{runs} not drawn on x={x} ({shown}): " + (f"attach with {fix}" if fix else missing[0])]
 
 
 def stability_figure(
@@ -190,20 +254,17 @@ def stability_figure(
     ``why`` replaces the verdict when there is none (e.g. "n/a until runs finish"); ``fraction``
     below 1 says the runs are compared at that matched fraction of training. A loss shows its
     final value only (a larger model starts higher: its peak says nothing)."""
-    layout = ratio_axis(base_layout(esc(name), esc(size_of_scale), "value", height=340), name)
+    layout = ratio_axis(base_layout(esc(name), esc(size_of_scale), "value", height=360), name)
     layout["xaxis"]["type"] = "log"
     layout["showlegend"] = True
-    layout["legend"] = {
-        "x": 0.01,
-        "y": 0.01,
-        "xanchor": "left",
-        "yanchor": "bottom",
-        "bgcolor": "rgba(255,255,255,0.7)",
-    }
+    # outside the plot, right of it: inside, the peak/final legend covered the smallest model's points
+    layout["legend"] = {"x": 1.02, "y": 1.0, "xanchor": "left", "yanchor": "top", "font": {"size": 11}}
+    layout["margin"] = {**layout["margin"], "r": 70, "b": 80}
+    layout["annotations"] = [rule_note(name)]
     if verdict is None:
         layout["title"]["text"] = f"{esc(name)}: {esc(why or 'no data')}"
-        layout["annotations"] = [note(why or "no data")]
-        meta: dict[str, Any] = {"verdict": None, "reason": why}
+        layout["annotations"] = [note(why or "no data"), rule_note(name)]
+        meta: dict[str, Any] = {"verdict": None, "reason": why, "rule": verdict_rule(name)}
         return {"data": [], "layout": layout, "meta": meta, "config": {"displayModeBar": False}}
     data: list[dict[str, Any]] = []
     keys = (("final", "dash", "#ff7f0e"),) if name in FINAL_ONLY else (
@@ -233,8 +294,39 @@ def stability_figure(
     colour = {"transferable": "#2ca02c", "breaks": NONFINITE_COLOUR}.get(state, "#7f7f7f")
     at = "" if fraction is None or fraction >= 1.0 else f" (at {fraction:.0%} of training)"
     layout["title"]["text"] = f"{esc(name)}: <span style='color:{colour}'>{text}</span>{at}"
-    meta = {"verdict": state, "breaks_at": verdict.get("breaks_at"), "fraction": fraction}
+    meta = {"verdict": state, "breaks_at": verdict.get("breaks_at"), "fraction": fraction, "rule": verdict_rule(name)}
     return {"data": data, "layout": layout, "meta": meta, "config": {"displayModeBar": False}}
+
+
+def verdict_rule(name: str) -> str:
+    """How the verdict of ``name`` is decided (monitor.analysis.stability), in one line for the page."""
+    from hyperwatch.monitor.analysis.stability import ABS_FLOOR, DEFAULT_RTOL
+
+    what = "final value" if name in FINAL_ONLY else "peak and final value"
+    rule = (
+        f"transferable: the {what} never rises from one size to the next by more than "
+        f"{DEFAULT_RTOL:.0%} of the smaller size's value"
+    )
+    floor = ABS_FLOOR.get(name)
+    if floor is not None:
+        rule += f" or {floor:g} (a rise under {floor:g} of the elements is noise, even if many times the value)"
+    return rule + "; breaks at: the first size that does, or is NaN/Inf"
+
+
+def rule_note(name: str) -> dict[str, Any]:
+    """The verdict rule, small and grey under the plot."""
+    return {
+        "text": "<br>".join(esc(line) for line in textwrap.wrap(verdict_rule(name), 95)),
+        "xref": "paper",
+        "yref": "paper",
+        "x": 0.0,
+        "y": -0.2,
+        "xanchor": "left",
+        "yanchor": "top",
+        "align": "left",
+        "showarrow": False,
+        "font": {"size": 10, "color": "#666"},
+    }
 
 
 def _decode(v: Any) -> float:
@@ -264,16 +356,17 @@ def run_line_figure(
             marks.append(nf)
         if not ref_steps:
             ref_steps, ref_x = list(line.steps), xs
-    if alerts and ref_steps:
+    if ref_steps:  # the alert trace is there even empty: live alerts join it, in its strip
         ax = [_interp_x(a.step, ref_steps, ref_x) for a in alerts]
         marks.append(
             {
                 "type": "scatter",
                 "mode": "markers",
                 "x": ax,
-                "y": [0.85] * len(alerts),
-                "yaxis": "y2",
+                "y": [ALERT_LANE] * len(alerts),
+                "yaxis": "y3",
                 "name": "alerts",
+                "showlegend": bool(alerts),
                 "text": [esc(f"{a.rule} ({a.severity}) step {a.step}: {a.message}") for a in alerts],
                 "customdata": [a.step for a in alerts],
                 "hovertemplate": "%{text}<extra></extra>",
@@ -283,8 +376,19 @@ def run_line_figure(
         )
     data.extend(marks)
     layout = ratio_axis(base_layout(esc(TITLES.get(name, name)), X_TITLES[x], esc(name), height=300), name)
-    layout["uirevision"] = name
+    fix_flat_axis(layout, data)
+    if ref_steps:
+        # alerts in a strip of their own above the lines: on the value axis they hid its peak
+        layout["yaxis"]["domain"] = [0.0, ALERT_STRIP[0] - 0.02]
+        layout["yaxis3"] = {"domain": list(ALERT_STRIP), "range": [0, 1], "visible": False, "fixedrange": True}
+    layout["uirevision"] = f"{name}:{x}"
     return {"data": data, "layout": layout, "meta": {"name": name}}
+
+
+ALERT_STRIP = (0.9, 1.0)
+"""The part of a run chart's height (paper fraction) where alert markers sit, above the lines."""
+ALERT_LANE = 0.5
+"""The markers' height inside the strip (its axis runs 0..1); common.js adds live alerts there too."""
 
 
 def _interp_x(step: int, steps: Sequence[int], xs: Sequence[float | None]) -> float | None:
@@ -324,6 +428,7 @@ def heatmap_figure(run: Run, m: LayerMatrix, xs: Sequence[float | None], x: XAxi
             "hovertemplate": "layer %{y}<br>%{x}<br>max %{z:.5g}<extra></extra>",
             "name": esc(m.name),
             **({"zmin": 0.0} if m.name in RATIOS else {}),
+            **flat_colour_range(z),
         }
     ]
     if nf_x:
@@ -344,6 +449,18 @@ def heatmap_figure(run: Run, m: LayerMatrix, xs: Sequence[float | None], x: XAxi
     layout.pop("yaxis2")
     layout["yaxis"] = {"title": {"text": "layer"}, "dtick": 1 if len(m.layers) <= 24 else None}
     return {"data": data, "layout": layout, "meta": {"name": m.name, "layers": list(m.layers)}}
+
+
+def flat_colour_range(z: Sequence[Sequence[float | None]]) -> dict[str, float]:
+    """zmin/zmax for a heatmap whose finite cells are all one value (else nothing: autoscale).
+
+    Plotly centres a constant matrix on a +-0.4 colour bar (all zeros read "-0.4..0.4"); here the
+    bar starts at the value and spans 1 (or 10% of it), so a zero heatmap's bar reads 0..1."""
+    rng = flat_range([v for row in z for v in row])
+    if rng is None:
+        return {}
+    value = (rng[0] + rng[1]) / 2
+    return {"zmin": value, "zmax": value + (rng[1] - value)}
 
 
 def note(text: str, width: int = 70) -> dict[str, Any]:

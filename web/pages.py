@@ -9,7 +9,7 @@ from typing import get_args
 
 from hyperwatch.monitor.schemas import Status
 
-NAV = (("Runs", "/runs"), ("Alerts", "/alerts"))
+NAV = (("Runs", "/runs"), ("Compare", "/compare"), ("Alerts", "/alerts"))
 
 
 def _shell(
@@ -63,11 +63,15 @@ def runs_page(assets: dict[str, str]) -> str:
 <button type="submit">Filter</button>
 <label class="inline"><input type="checkbox" name="live" checked> live</label>
 </form>
+<p class="controls">
+<a id="compare-selected" class="button" href="/compare" aria-disabled="true">Compare selected (0)</a>
+<a id="compare-shown" href="/compare">Compare all shown</a></p>
 <table id="runs-table" class="grid"><thead><tr>
 <th data-key="name">Run</th><th data-key="project">Project</th><th data-key="group">Group</th>
 <th data-key="status">Status</th><th data-key="depth">Depth</th><th data-key="total_params">Params</th>
 <th data-key="tokens">Tokens</th><th data-key="last_step">Last step</th><th data-key="alerts">Alerts</th>
-<th data-key="tags">Tags</th><th data-key="updated_at">Updated</th></tr></thead><tbody></tbody></table>
+<th data-key="tags">Tags</th><th data-key="updated_at">Updated</th>
+<th><label class="inline"><input type="checkbox" id="pick-all"> compare</label></th></tr></thead><tbody></tbody></table>
 <h2>Groups</h2><ul id="groups-list" class="links"></ul>"""
     )
     return _shell("Runs", "runs.js", body, assets)
@@ -87,6 +91,27 @@ def run_page(assets: dict[str, str], run_id: int) -> str:
 <div id="figures"></div>
 <details id="config-box"><summary>Config</summary><table id="config" class="grid kv"></table></details>"""
     return _shell("Run", "run.js", body, assets, {"run-id": str(run_id)}, extra="forecast.js")
+
+
+def compare_page(assets: dict[str, str]) -> str:
+    """Any runs on one chart; the state (runs, indicator, layer, x-axis, toggles) lives in the query string."""
+    body = """<h1 id="compare-title">Compare runs</h1>
+<div class="controls">
+<label>indicator <select id="name"></select></label>
+<label>layers <select id="layer"><option value="mean">mean over layers</option>
+<option value="max">max over layers</option></select></label>
+<label>x-axis <select id="x-axis"><option value="step">step</option><option value="tokens">tokens</option>
+<option value="flops">FLOPs</option><option value="fraction">fraction of training</option></select></label>
+<label class="inline"><input type="checkbox" id="log-y"> log y</label>
+<label class="inline"><input type="checkbox" id="ema"> EMA smoothing</label>
+<a id="share" href="#">link to this view</a>
+</div>
+<div id="legend" class="legend" aria-label="runs: click to hide or show"></div>
+<p id="missing" class="missing"></p>
+<div id="rows"><div class="fig line" id="fig-compare"></div></div>
+<p class="sub">Pick runs on <a href="/runs">Runs</a> (tick them, then "Compare selected"), or add
+<code>?project=…&amp;group=…&amp;tag=…</code> to compare every run a filter finds.</p>"""
+    return _shell("Compare runs", "compare.js", body, assets)
 
 
 def group_page(assets: dict[str, str], group_id: int) -> str:

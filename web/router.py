@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 
 from hyperwatch.monitor.core.errors import NotFoundError
-from hyperwatch.web import data, forecast, pages
+from hyperwatch.web import compare, data, forecast, pages
 
 STATIC_DIR = Path(__file__).parent / "static"
 CSP = (
@@ -90,6 +90,7 @@ def assets() -> Assets:
 
 router = APIRouter(include_in_schema=False)
 router.include_router(data.router)
+router.include_router(compare.router)
 router.include_router(forecast.router)
 
 
@@ -135,6 +136,11 @@ def runs_page() -> Response:
 @router.get("/runs/{run_id}")
 def run_page(run_id: int) -> Response:
     return _html(pages.run_page(assets().urls, run_id))
+
+
+@router.get("/compare")
+def compare_page() -> Response:
+    return _html(pages.compare_page(assets().urls))
 
 
 @router.get("/groups/{group_id}")

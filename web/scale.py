@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from hyperwatch.monitor.store.entities import Run
 
@@ -98,3 +99,61 @@ def colours(runs: Sequence[Run]) -> dict[int, str]:
 def order_by_size(runs: Sequence[Run]) -> list[Run]:
     """Smallest model first (legend order); unknown sizes last, then by id."""
     return sorted(runs, key=lambda r: (size_of(r) is None, size_of(r) or 0.0, r.id))
+
+
+@dataclass(frozen=True)
+class SizeAxis:
+    """What a scale page's x axis measures for a set of runs, and whether a verdict may be read off it.
+
+    Parameters when every sized run has them (total, else active), else depth, labelled so: the
+    axis says what it plots. ``blocker`` is set when runs of different lengths share one size: the
+    verdict takes the worst run of a size, so a longer run alone would read "breaks at" that size."""
+
+    field: str  # "params", "depth" or "" (no run has a size)
+    label: str
+    blocker: str | None = None
+
+    def of(self, run: Run) -> float | None:
+        if self.field == "params":
+            value = run.total_params or run.active_params
+        elif self.field == "depth":
+            value = run.depth
+        else:
+            value = None
+        return float(value) if value else None
+
+
+def _length(run: Run) -> int | None:
+    """The run's length in steps: ``total_steps``, else the steps of a finished run (None: unknown yet)."""
+    if run.total_steps:
+        return run.total_steps
+    return run.last_step + 1 if run.status == "finished" and run.last_step is not None else None
+
+
+def size_axis(runs: Sequence[Run]) -> SizeAxis:
+    """The :class:`SizeAxis` of ``runs`` (runs without any point are left out: nothing to place)."""
+    started = [r for r in runs if r.last_step is not None] or list(runs)
+    if started and all(r.total_params or r.active_params for r in started):
+        axis = SizeAxis("params", "model size (parameters)")
+    elif started and all(r.depth for r in started):
+        axis = SizeAxis("depth", "depth (blocks; no parameter count: hooks.attach counts it)")
+    elif any(r.total_params or r.active_params for r in started):
+        axis = SizeAxis("params", "model size (parameters; runs without a count left out)")
+    else:
+        axis = SizeAxis("depth", "depth (blocks)")
+    by_size: dict[float, list[Run]] = {}
+    for r in started:
+        size = axis.of(r)
+        if size is not None:
+            by_size.setdefault(size, []).append(r)
+    for size, same in sorted(by_size.items()):
+        lengths = {n for n in map(_length, same) if n is not None}
+        if len(lengths) > 1:
+            where = f"depth {size:g}" if axis.field == "depth" else human_count(size)
+            shown = ", ".join(f"{r.name}: {_length(r)} steps" for r in same[:3])
+            why = (
+                f"n/a: runs of different lengths at {where} ({shown}); the verdict compares one length "
+                "per size: put the runs of one length in a group of their own"
+            )
+            return SizeAxis(axis.field, axis.label, why)
+    return axis

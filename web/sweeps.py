@@ -242,11 +242,14 @@ def scaling_figures(
         if isinstance(fit, str):
             notes.append(fit)
             continue
+        stalled = does_not_scale(m, fit.a, fit.b, fit.c0)
+        if stalled:
+            notes.append(stalled)
         warn = caveat(f"scaling law of {m}", fit.r2, fit.n_points)
         if warn:
             notes.append(warn)
         grid = _flops_grid(all_flops)
-        form = law_text(fit.a, fit.b, fit.c0)
+        form = law_text(fit.a, fit.b, fit.c0) + (" · does not scale" if stalled else "")
         data.append(
             {
                 "type": "scatter",
@@ -265,6 +268,18 @@ def scaling_figures(
     if scaling.baseline is not None:
         figures["leverage"] = _leverage_figure(scaling, colour_of, all_flops)
     return figures, notes
+
+
+def does_not_scale(method: str, a: float, b: float, c0: float | None) -> str | None:
+    """The note for an arm whose fitted loss does not fall with compute (exponent b <= 0 in
+    L = a·C^(-b)): a good R^2 then measures a flat or rising line, not a scaling law."""
+    if b > 0:
+        return None
+    trend = "rises" if b < 0 else "stays flat"
+    return (
+        f"{method} does not scale: its loss {trend} as compute grows (L = {law_text(a, b, c0)}); "
+        "its law and leverage are no prediction for larger budgets (check its LR and stability)"
+    )
 
 
 def law_text(a: float, b: float, c0: float | None) -> str:

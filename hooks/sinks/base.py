@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import logging
 import threading
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,11 +57,16 @@ def check_unavailable(value: Any) -> None:
 
 @dataclass
 class RunInfo:
-    """What the service needs to create a run: its name, config and scale fields."""
+    """What the service needs to create a run: its name, config and scale fields.
+
+    ``attach_id`` identifies the process writing the run (one per ``hooks.attach``): the service
+    refuses another process's writes to a run of the same name unless ``resume`` is set."""
 
     name: str
     config: dict[str, Any] = field(default_factory=dict)
     fields: dict[str, Any] = field(default_factory=dict)
+    attach_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    resume: bool = False
 
     def __post_init__(self) -> None:
         validate_run_name(self.name)
@@ -77,7 +83,13 @@ class RunInfo:
         check_unavailable(self.fields.get("unavailable"))
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "config": self.config, **self.fields}
+        return {
+            "name": self.name,
+            "config": self.config,
+            **self.fields,
+            "attach_id": self.attach_id,
+            "resume": self.resume,
+        }
 
     @classmethod
     def from_json(cls, obj: Any, where: str = "run.json") -> RunInfo:
@@ -86,8 +98,21 @@ class RunInfo:
         config = obj.get("config") or {}
         if not isinstance(config, dict):
             raise SinkError(f"{where}: 'config' must be an object")
-        fields = {k: v for k, v in obj.items() if k not in ("name", "config")}
-        return cls(name=obj["name"], config=config, fields=fields)
+        fields = {k: v for k, v in obj.items() if k not in ("name", "config", "attach_id", "resume")}
+        run = cls(name=obj["name"], config=config, fields=fields)
+        if isinstance(obj.get("attach_id"), str):  # a folder written by hooks that identify their process
+            run.attach_id = obj["attach_id"]
+            run.resume = obj.get("resume") is True
+        else:
+            run.attach_id = ""  # an older folder: created by name, as its hooks did
+        return run
+
+    def create_body(self) -> dict[str, Any]:
+        """The POST /api/v1/runs body: without ``attach_id``/``resume`` for a run that has none."""
+        body = self.to_json()
+        if not self.attach_id:
+            del body["attach_id"], body["resume"]
+        return body
 
 
 class Sink(abc.ABC):

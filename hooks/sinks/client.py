@@ -16,7 +16,6 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from hyperwatch.hooks.columns import COLUMNS_MEDIA_TYPE, PointColumns, encode_body
 from hyperwatch.hooks.schema import Batch
 
 DELIVERED, UNKNOWN_RUN, RETRY, AUTH, REFUSED = "delivered", "unknown_run", "retry", "auth", "refused"
@@ -110,6 +109,8 @@ def post_points(base: str, batch: Batch, token: str | None, timeout: float, colu
     """
     url = api(base, "/api/v1/points")
     if columns:
+        from hyperwatch.hooks.columns import COLUMNS_MEDIA_TYPE, PointColumns, encode_body  # numpy, when sent
+
         raw = encode_body(batch.batch_id, batch.run, PointColumns.from_points(batch.points))
         resp = request("POST", url, raw, token, timeout, batch.batch_id, content_type=COLUMNS_MEDIA_TYPE)
         if resp.status not in (415, 422):

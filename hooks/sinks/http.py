@@ -12,7 +12,8 @@ Losing nothing:
   backoff; 404 means the service forgot the run: it is created again. A batch the service refuses
   as invalid (other 4xx) is moved to ``rejected/`` and logged, never deleted.
 - If the process dies, the spool stays: the next ``HttpSink`` on the same spool and run resends
-  it, or ``hyperwatch upload <spool> --server URL`` replays it.
+  it when it resumes that run (``resume=True``; else it is set aside, see :mod:`identity`), or
+  ``hyperwatch upload <spool> --server URL`` replays it. A delivered run's folder is removed.
 - The final status (``finish``) is spooled too and PATCHed after the last batch.
 - A crash between the service's acknowledgement and the deletion of the files does not duplicate
   anything: the group being posted is named in ``inflight.json`` first (see :mod:`folder`), and
@@ -36,7 +37,6 @@ import json
 import logging
 import os
 import random
-import shlex
 import threading
 import time
 from pathlib import Path
@@ -61,6 +61,7 @@ from hyperwatch.hooks.sinks.folder import (
     write_inflight,
     write_json_atomic,
 )
+from hyperwatch.hooks.sinks.identity import create_refused, remove_delivered, set_aside_earlier
 from hyperwatch.hooks.sinks.settings import (
     DEFAULT_SPOOL_MAX_BYTES as DEFAULT_SPOOL_MAX_BYTES,  # re-exported: the bound's documented default
 )
@@ -70,6 +71,8 @@ from hyperwatch.hooks.sinks.settings import (
     default_close_timeout,
     default_spool,
     default_spool_max_bytes,
+    not_found_message,
+    replay_command,
 )
 
 log = logging.getLogger(__name__)
@@ -117,6 +120,7 @@ class HttpSink(Sink):
         self.backoff = backoff
         self.close_timeout = default_close_timeout() if close_timeout is None else check_close_timeout(close_timeout)
         self._not_found_logged = False
+        self.refused = ""  # why the service refused the run (409: another process's run of this name)
         self.folder: Path | None = None
         self.run: RunInfo | None = None
         self.run_id: str | None = None
@@ -138,6 +142,7 @@ class HttpSink(Sink):
     # -- Sink interface (called by the monitor's emitter thread) --
     def start(self, run: RunInfo) -> None:
         folder = run_folder(self.spool, run.name)
+        set_aside_earlier(folder, run, self.url)
         try:
             (folder / PENDING_DIR).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -158,6 +163,12 @@ class HttpSink(Sink):
         self.folder, self.run = folder, run
         self._thread = threading.Thread(target=self._loop, name="hyperwatch-http-sink", daemon=True)
         self._thread.start()
+
+    def page_url(self) -> str | None:
+        """The run's page on the service, once the service gave the run's id."""
+        if self.run_id is None:
+            return None
+        return f"{base_url_hint(self.url).rstrip('/')}/runs/{self.run_id}"
 
     def write(self, batch: Batch) -> None:
         """Spool the batch (never waits on the network); when the spool is full, drop it and count it."""
@@ -277,6 +288,13 @@ class HttpSink(Sink):
         self._wake.set()
         self._thread.join(timeout=max(0.05, deadline - time.monotonic()))
         self._thread = None
+        if self.refused:
+            log.error("hooks: nothing of run %r was sent: %s; the spool keeps it in %s", *self._refusal())
+            return
+        if done and self.page_url() is not None:
+            log.info("hooks: run %r is at %s", self._name(), self.page_url())
+        if done and self.run_id is not None and not self.dropped_batches and self.folder is not None:
+            remove_delivered(self.folder, self._name())
         if not done and self.folder is not None:
             left = len(pending_files(self.folder)) + int((self.folder / STATUS_FILE).is_file())
             log.warning(
@@ -291,13 +309,15 @@ class HttpSink(Sink):
                 self.replay_command(),
             )
 
+    def _refusal(self) -> tuple[str, str, Path | None]:
+        return self._name(), self.refused, self.folder
+
+    def _name(self) -> str:
+        return self.run.name if self.run else "?"
+
     def replay_command(self) -> str:
         """The exact command that delivers what this sink's spool holds for its run."""
-        folder = self.folder if self.folder is not None else self.spool
-        command = f"hyperwatch upload {shlex.quote(str(folder))} --server {shlex.quote(base_url_hint(self.url))}"
-        if self.token:
-            command += "  # with HYPERWATCH_TOKEN set (or --token)"
-        return command
+        return replay_command(self.folder if self.folder is not None else self.spool, self.url, self.token)
 
     # -- the sender thread --
     def _require_started(self) -> Path:
@@ -352,11 +372,17 @@ class HttpSink(Sink):
 
     def _step(self) -> str:
         assert self.folder is not None and self.run is not None
+        if self.refused:
+            return "idle"  # nothing can be sent; the spool keeps it for an upload or a resume
         if self.run_id is None:
             resp = client.request(
-                "POST", client.api(self.url, "/api/v1/runs"), self.run.to_json(), self.token, self.timeout
+                "POST", client.api(self.url, "/api/v1/runs"), self.run.create_body(), self.token, self.timeout
             )
             kind = client.classify(resp)
+            if resp.status in (409, 422):
+                self.refused, again = create_refused(resp.status, resp.body, self.run, self.folder, self.url)
+                if self.refused or again:
+                    return "idle" if self.refused else "progress"
             if kind != client.DELIVERED:
                 if kind == client.REFUSED:
                     log.error("hooks: the service refused run %r: %s", self.run.name, resp.body)
@@ -365,7 +391,10 @@ class HttpSink(Sink):
                     log.error("hooks: %s", self.not_found_message())
                 return self._fail("creating the run", resp)
             body = resp.body if isinstance(resp.body, dict) else {}
+            first = self.run_id is None and not self.delivered
             self.run_id = str(body.get("id", self.run.name))
+            if first and "id" in body:
+                log.info("hooks: run %r is at %s", self.run.name, self.page_url())
             return self._ok()
         update_file = self.folder / UPDATE_FILE
         if update_file.is_file():
@@ -407,13 +436,7 @@ class HttpSink(Sink):
 
     def not_found_message(self) -> str:
         """Why creating the run got a 404: the URL is not the service's base URL."""
-        hint = base_url_hint(self.url)
-        better = hint if hint != self.url else "http://HOST:8000"
-        return (
-            f"POST {client.api(self.url, '/api/v1/runs')} answered 404 Not Found: {self.url} is not the "
-            f"HyperWatch service's base URL. Give the service's base URL (the sink adds /api/v1 itself), "
-            f"e.g. sink={better!r}; the spool keeps every batch meanwhile"
-        )
+        return not_found_message(self.url)
 
     def _load(self, files: list[Path]) -> tuple[list[Path], list[Batch]]:
         chosen: list[Path] = []

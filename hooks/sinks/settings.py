@@ -8,6 +8,7 @@ the spool). Bad values fail with the variable's name and an example, never silen
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from hyperwatch.hooks.sinks.base import SinkError
@@ -60,3 +61,22 @@ def base_url_hint(url: str) -> str:
 
 def default_spool() -> Path:
     return Path(os.environ.get("HYPERWATCH_SPOOL") or Path.home() / ".cache" / "hyperwatch" / "spool")
+
+
+def not_found_message(url: str) -> str:
+    """Why creating the run got a 404: the URL is not the service's base URL."""
+    hint = base_url_hint(url)
+    better = hint if hint != url else "http://HOST:8000"
+    return (
+        f"POST {url.rstrip('/')}/api/v1/runs answered 404 Not Found: {url} is not the "
+        f"HyperWatch service's base URL. Give the service's base URL (the sink adds /api/v1 itself), "
+        f"e.g. sink={better!r}; the spool keeps every batch meanwhile"
+    )
+
+
+def replay_command(folder: Path, url: str, token: str | None) -> str:
+    """The exact command that delivers what a spool folder holds for its run."""
+    command = f"hyperwatch upload {shlex.quote(str(folder))} --server {shlex.quote(base_url_hint(url))}"
+    if token:
+        command += "  # with HYPERWATCH_TOKEN set (or --token)"
+    return command

@@ -24,8 +24,6 @@ import numpy as np
 from hyperwatch.monitor.analysis._common import AnalysisError, jsonable
 from hyperwatch.monitor.analysis.csvio import CSVError, Table, read_csv
 from hyperwatch.monitor.analysis.lr import R2_THRESHOLD, LRFit, fit_optimal_lr
-from hyperwatch.monitor.analysis.powerlaw import fit_power_law
-from hyperwatch.monitor.analysis.scaling import compare_methods
 from hyperwatch.monitor.analysis.sensitivity import DEFAULT_MAX_SUBSETS, lr_sensitivity
 from hyperwatch.monitor.analysis.stability import DEFAULT_RTOL, stability_verdict
 
@@ -107,6 +105,8 @@ def _fit_lr(args: argparse.Namespace) -> Any:
     else:
         xs = [float(g) for g in groups]
         try:
+            from hyperwatch.monitor.analysis.powerlaw import fit_power_law  # scipy: loaded when used
+
             out["transfer"] = fit_power_law(xs, [f.optimal_lr for f in fits])
         except AnalysisError as exc:
             out["transfer_note"] = f"optimal lr vs {args.group_col}: {exc.detail}"
@@ -125,6 +125,8 @@ def _fit_power_law(args: argparse.Namespace) -> Any:
     x = table.positive(args.x, "--x", what="x for a power law")
     y = table.finite(args.y, "--y")
     try:
+        from hyperwatch.monitor.analysis.powerlaw import fit_power_law  # scipy: loaded when used
+
         fit = fit_power_law(x, y, irreducible=args.irreducible)
     except AnalysisError as exc:
         raise _refused(table, exc, {"x": args.x, "y": args.y}) from exc
@@ -138,6 +140,8 @@ def _fit_scaling(args: argparse.Namespace) -> Any:
     loss = table.numeric(args.loss_col, "--loss-col")
     floor = {"auto": None, "yes": True, "no": False}[args.floor]
     try:
+        from hyperwatch.monitor.analysis.scaling import compare_methods  # scipy: loaded when used
+
         return compare_methods(methods, flops, loss, args.baseline, floor)
     except AnalysisError as exc:
         if exc.field == "baseline":

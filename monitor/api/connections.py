@@ -32,10 +32,9 @@ from typing import TYPE_CHECKING, Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from hyperwatch.monitor.serve_options import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT_S, HTTP_CHOICES
+
 log = logging.getLogger(__name__)
-DEFAULT_REQUEST_TIMEOUT_S = 30.0
-DEFAULT_MAX_CONNECTIONS = 1000
-HTTP_CHOICES = ("auto", "httptools", "h11")
 _WAITING_FOR_CLIENT = (h11.IDLE, h11.SEND_BODY)
 
 

@@ -183,6 +183,8 @@ class RunRow(Base):
     # are current while the row holds the token it committed (monitor.store.ingest)
     ingest_token: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     prior_token: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))  # before the last batch
+    # the hooks process that writes the run (migration 0009, monitor.store.identity); None = any client
+    attach_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 

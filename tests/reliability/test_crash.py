@@ -80,7 +80,7 @@ def test_crash_between_acknowledgement_and_deletion_duplicates_nothing(
     folder, _files, _group = spool_with_inflight(service.url, tmp_path / "spool", "ack-1", 20)
     if replay == "next_start":
         sink = HttpSink(service.url, token=WRITE_TOKEN, spool=tmp_path / "spool", backoff=(0.05, 0.2))
-        sink.start(RunInfo("ack-1"))
+        sink.start(RunInfo("ack-1", resume=True))  # the crashed trainer restarts and resumes its run
         assert sink.flush(60)
         sink.close()
     else:

@@ -42,7 +42,10 @@ def main() -> int:
             s.bind(("127.0.0.1", 0))
             url, close_timeout = f"http://127.0.0.1:{s.getsockname()[1]}", 0.1
     sink = HttpSink(url, token=args.token, spool=args.spool, backoff=(0.05, 0.5), close_timeout=close_timeout)
-    sink.start(RunInfo(args.run, config={"proc": os.getpid()}))
+    # Each process continues the run of its name (resume=True), as a trainer restarted from its
+    # checkpoint after a crash does; a new process without it would be refused (run identity).
+    info = RunInfo(args.run, config={"proc": os.getpid()}, resume=True)
+    sink.start(info)
     for i in range(args.batches):
         step = args.first_step + i
         sink.write(Batch(args.run, [Point("attention_z", step, float(j + step), layer=j) for j in range(args.points)]))
@@ -50,7 +53,7 @@ def main() -> int:
         sink.close()  # everything stays in the spool
         # ten batches a request (the sink would merge the whole spool into one): K is reached mid-spool
         sink = HttpSink(args.url, token=args.token, spool=args.spool, backoff=(0.05, 0.5), max_points=10 * args.points)
-        sink.start(RunInfo(args.run, config={"proc": os.getpid()}))
+        sink.start(info)
         deadline = time.monotonic() + 120
         while sink.delivered < args.kill_after_delivered and time.monotonic() < deadline:
             time.sleep(0.001)

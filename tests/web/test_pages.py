@@ -113,6 +113,7 @@ def test_unknown_ids_are_404(store: SqlStore) -> None:
 def test_run_indicator_has_lines_and_heatmap(store: SqlStore) -> None:
     body = client(store).get("/ui/data/runs/1/indicator", params={"name": "attention_z", "buckets": 10}).json()
     assert body["per_layer"] is True
-    assert [t["name"] for t in body["line"]["data"]] == ["mean over layers", "max over layers"]
+    # the lines, then the (empty) alert trace in its strip, which live alerts join
+    assert [t["name"] for t in body["line"]["data"]] == ["mean over layers", "max over layers", "alerts"]
     heat = body["heatmap"]["data"][0]
     assert heat["y"] == [0] and max(v for v in heat["z"][0] if v is not None) == 59.0  # the max survives

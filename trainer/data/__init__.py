@@ -8,20 +8,27 @@
 * :mod:`.cli` -- ``hyperwatch data prepare``;
 * :mod:`.errors` -- ``DataError``, the one exception every reader raises on bad input.
 
-The public names are re-exported here so ``from hyperwatch.trainer.data import load_corpus`` works.
+The public names are re-exported here, loaded on first use, so ``from hyperwatch.trainer.data import
+load_corpus`` works and importing the package (or :mod:`.config`) costs no torch.
 """
 
-from hyperwatch.trainer.data.corpus import (
-    SOURCES,
-    Corpus,
-    DataConfig,
-    DataError,
-    Tokenizer,
-    TokenLoader,
-    iter_eval_batches,
-    load_corpus,
-    load_tokenizer,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hyperwatch.trainer.data.corpus import (
+        SOURCES,
+        Corpus,
+        DataConfig,
+        DataError,
+        Tokenizer,
+        TokenLoader,
+        iter_eval_batches,
+        load_corpus,
+        load_tokenizer,
+    )
 
 __all__ = [
     "SOURCES",
@@ -34,3 +41,10 @@ __all__ = [
     "load_corpus",
     "load_tokenizer",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The public names load on first use (``corpus`` imports torch; a command's --help must not)."""
+    if name in __all__:
+        return getattr(importlib.import_module("hyperwatch.trainer.data.corpus"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,12 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from hyperwatch.trainer.data.errors import DataError
-from hyperwatch.trainer.data.packed import token_dtype, write_shards
 from hyperwatch.trainer.data.sources import TEXT_SOURCES, read_documents
-from hyperwatch.trainer.data.tokenizer import MIN_BPE_VOCAB, ByteTokenizer, Tokenizer, encode_documents, train_bpe
 
 SUMMARY_FILE = "prepare.json"
 
@@ -96,6 +92,11 @@ def prepare(
     force: bool = False,
 ) -> dict[str, Any]:
     """Write ``out/{train,validation}_NNN.bin`` (and ``out/tokenizer.json`` for bpe); return the summary."""
+    import numpy as np  # numpy and the tokenizers load here, not for --help
+
+    from hyperwatch.trainer.data.packed import token_dtype, write_shards
+    from hyperwatch.trainer.data.tokenizer import MIN_BPE_VOCAB, ByteTokenizer, Tokenizer, encode_documents, train_bpe
+
     if source not in TEXT_SOURCES:
         raise DataError(f"--source {source!r}: choose one of {', '.join(TEXT_SOURCES)}")
     if tokenizer not in ("byte", "bpe"):

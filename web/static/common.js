@@ -113,6 +113,7 @@ const HW = (() => {
     if (!div._raw || !div.data) return Promise.resolve();
     const idx = [], ys = [];
     div._raw.forEach((raw, i) => { if (raw) { idx.push(i); ys.push(on ? ema(raw, EMA_WEIGHT) : raw.slice()); } });
+    div._smooth = on;
     if (!idx.length) return Promise.resolve();
     return Plotly.restyle(div, { y: ys }, idx);
   }
@@ -163,6 +164,202 @@ const HW = (() => {
     status(String(err && err.message ? err.message : err), true);
   }
 
+  /* ---- live charts: GET /api/v1/live (a long poll on per-run cursors; only new points travel) ---- */
+  const NF_SYMBOL = { NaN: "x", Infinity: "triangle-up", "-Infinity": "triangle-down" };
+  const NF_COLOUR = "#d62728";
+
+  function lastX(trace) {
+    for (let k = trace.x.length - 1; k >= 0; k--) if (trace.x[k] !== null && trace.x[k] !== undefined) return trace.x[k];
+    return -Infinity;
+  }
+
+  /* A page left open on a long run would gather a point per logged step: past twice what it drew
+     first (at least 2,000), a line is thinned the way the server downsamples, each of half that many
+     buckets keeping its first, its min and its max point (spikes survive) and every gap (a NaN). */
+  function thin(div, i) {
+    const t = div.data[i];
+    const limit = div._limit || (div._limit = Math.max(2000, 2 * Math.max(...div.data.map((d) => (d.x || []).length))));
+    if (t.x.length <= limit) return;
+    const ys = div._raw && div._raw[i] ? div._raw[i] : t.y;
+    const n = t.x.length, buckets = Math.floor(limit / 2);
+    const lo = t.x[0], width = (t.x[n - 1] - lo) / buckets || 1;
+    const keep = new Set([0, n - 1]);
+    const ext = new Map();
+    for (let k = 0; k < n; k++) {
+      const y = ys[k];
+      if (y === null || y === undefined) { keep.add(k); continue; }
+      const b = Math.min(buckets - 1, Math.floor((t.x[k] - lo) / width));
+      const e = ext.get(b);
+      if (!e) { ext.set(b, [k, k, k]); continue; }
+      if (y < ys[e[1]]) e[1] = k;
+      if (y > ys[e[2]]) e[2] = k;
+    }
+    for (const e of ext.values()) e.forEach((k) => keep.add(k));
+    const idx = Array.from(keep).sort((a, b) => a - b);
+    t.x = idx.map((k) => t.x[k]);
+    if (div._raw && div._raw[i]) div._raw[i] = idx.map((k) => div._raw[i][k]);
+    else t.y = idx.map((k) => t.y[k]);
+  }
+
+  /* Append a delta ({x, y, step}) to line trace i of div: points at or before the trace's last x are
+     already drawn and dropped; a non-finite value ("NaN", "Infinity", "-Infinity") is a gap in the
+     line and a red marker on the overlay axis in the lane given, as the server draws it.
+     Returns the number of points appended; the figure is redrawn by the caller (HW.redraw). */
+  function extendLine(div, i, delta, lane) {
+    const t = div.data[i];
+    if (!t || !t.meta || !t.meta.smooth || !delta || !delta.x.length) return 0;
+    const after = lastX(t);
+    const xs = [], ys = [], nf = [];
+    delta.x.forEach((x, k) => {
+      if (x === null || x <= after) return;
+      const v = delta.y[k];
+      xs.push(x);
+      if (typeof v === "string") { ys.push(null); nf.push([x, v]); } else ys.push(v);
+    });
+    if (!xs.length) return 0;
+    t.x = t.x.concat(xs);
+    const raw = div._raw && div._raw[i];
+    if (raw) div._raw[i] = raw.concat(ys);
+    else t.y = t.y.concat(ys);
+    thin(div, i);
+    if (raw) t.y = div._smooth ? ema(div._raw[i], EMA_WEIGHT) : div._raw[i].slice();
+    if (nf.length) {
+      const colour = (t.line && t.line.color) || "#555";
+      div.data.push({ type: "scatter", mode: "markers", x: nf.map((p) => p[0]), y: nf.map(() => lane), yaxis: "y2",
+        name: `${t.name} · non-finite`, legendgroup: t.legendgroup, showlegend: false, text: nf.map((p) => p[1]),
+        hovertemplate: "%{fullData.name}<br>%{text} at %{x}<extra></extra>",
+        marker: { color: NF_COLOUR, size: 10, symbol: nf.map((p) => NF_SYMBOL[p[1]]), line: { color: colour, width: 1.5 } },
+        meta: Object.assign({}, t.meta, { nonfinite: true, smooth: false }) });
+      if (div._raw) div._raw.push(null);
+    }
+    return xs.length;
+  }
+
+  /* Append a heatmap delta ({x, z: rows by layer, layers}) as new columns of div's heatmap trace. */
+  function extendHeat(div, delta) {
+    const t = div.data && div.data[0];
+    if (!t || !delta || !delta.x.length) return 0;
+    const after = lastX(t);
+    const cols = [];
+    delta.x.forEach((x, k) => { if (x !== null && x > after) cols.push(k); });
+    if (!cols.length) return 0;
+    const row = new Map(delta.layers.map((layer, r) => [layer, r]));
+    const nf = [];
+    t.x = t.x.concat(cols.map((k) => delta.x[k]));
+    t.z = t.y.map((layer, r) => {
+      const src = row.get(layer);
+      return t.z[r].concat(cols.map((k) => {
+        const v = src === undefined ? null : delta.z[src][k];
+        if (typeof v === "string") { nf.push([delta.x[k], layer, v]); return null; }
+        return v;
+      }));
+    });
+    /* past twice its first width (at least 600 columns), neighbouring columns merge into one, each
+       cell the max of the two: the heatmap's own rule (a layer's max per bucket), at twice the bucket */
+    const limit = div._limit || (div._limit = Math.max(600, 2 * (t.x.length - cols.length)));
+    while (t.x.length > limit) {
+      const pairs = (row) => row.filter((_, k) => k % 2 === 0).map((v, h) => {
+        const w = row[2 * h + 1];
+        return v === null || v === undefined ? (w ?? null) : (w === null || w === undefined ? v : Math.max(v, w));
+      });
+      t.z = t.z.map(pairs);
+      t.x = t.x.filter((_, k) => k % 2 === 0);
+    }
+    if (nf.length) {
+      div.data.push({ type: "scatter", mode: "markers", x: nf.map((p) => p[0]), y: nf.map((p) => p[1]),
+        text: nf.map((p) => p[2]), name: "non-finite", hovertemplate: "layer %{y}<br>%{text} at %{x}<extra></extra>",
+        marker: { color: NF_COLOUR, symbol: "x", size: 9 }, meta: { nonfinite: true } });
+    }
+    return cols.length;
+  }
+
+  /* New alert events as diamonds on the figure's alert lane (a trace is added for the first one). */
+  function extendAlerts(div, alerts, esc) {
+    if (!alerts.length) return 0;
+    let t = div.data.find((d) => d.meta && d.meta.alerts);
+    if (!t) {
+      t = { type: "scatter", mode: "markers", x: [], y: [], yaxis: "y3", name: "alerts", text: [], customdata: [],
+        hovertemplate: "%{text}<extra></extra>", meta: { alerts: true },
+        marker: { symbol: "diamond", size: 11, color: "#ff9f1c", line: { color: "#000", width: 1 } } };
+      div.data.push(t);
+      if (div._raw) div._raw.push(null);
+    }
+    const known = new Set(t.customdata);
+    const fresh = alerts.filter((a) => a.x !== null && !known.has(a.step));
+    if (!fresh.length) return 0;
+    t.x = t.x.concat(fresh.map((a) => a.x));
+    t.y = t.y.concat(fresh.map(() => 0.5)); // the alert strip's lane (web/figures.py ALERT_LANE)
+    t.showlegend = true;
+    t.customdata = t.customdata.concat(fresh.map((a) => a.step));
+    t.text = t.text.concat(fresh.map((a) => esc(`${a.rule} (${a.severity}) step ${a.step}: ${a.message}`)));
+    return fresh.length;
+  }
+
+  /* Figures out of the viewport are not redrawn for each live answer: they are marked and redrawn
+     when they scroll into view (a page of 16 figures costs the drawing of the 2-4 one sees). */
+  const onScreen = new WeakMap();
+  const watcher = typeof IntersectionObserver === "undefined" ? null : new IntersectionObserver((entries) => {
+    for (const e of entries) {
+      onScreen.set(e.target, e.isIntersecting);
+      if (e.isIntersecting && e.target._dirty) { e.target._dirty = false; redraw(e.target); }
+    }
+  }, { rootMargin: "200px" });
+
+  /* Redraw div from its (extended) data: Plotly.react keeps zoom (uirevision) and costs no request. */
+  function redraw(div) {
+    if (watcher && !div._watched) { div._watched = true; watcher.observe(div); }
+    if (onScreen.get(div) === false) { div._dirty = true; return Promise.resolve(); }
+    div.layout.datarevision = (div.layout.datarevision || 0) + 1; // arrays were replaced in place
+    return Plotly.react(div, div.data, div.layout);
+  }
+
+  /* Escape text for Plotly's hover labels (it renders a subset of HTML), as the server's web.scale.esc does. */
+  function escHtml(s) {
+    return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+  }
+
+  /* Note, after the next paint, that the page now shows each run up to its step: window.hwLiveLog gets
+     [run_id, step, epoch ms] (bench/live.py measures from a point's ingest to its pixel with it). */
+  function painted(steps) {
+    requestAnimationFrame(() => requestAnimationFrame(() => {
+      const at = performance.timeOrigin + performance.now();
+      window.hwLiveLog = window.hwLiveLog || [];
+      for (const [run, step] of steps) window.hwLiveLog.push([run, step, at]);
+      if (window.hwLiveLog.length > 5000) window.hwLiveLog.splice(0, 1000);
+    }));
+  }
+
+  /* Poll the live stream until stop(): params() gives the request (cursors etc.; null: not now),
+     onNews(body, params) draws it (and drops an answer to params the page has moved on from); at
+     most one request per gapMs.
+     The request itself waits on the server until a run moves, so an idle page costs one request per 10 s. */
+  function live(params, onNews, gapMs) {
+    let stopped = false;
+    (async () => {
+      while (!stopped) {
+        try {
+          const p = params();
+          if (!p) { await new Promise((r) => setTimeout(r, 500)); continue; }
+          const asked = performance.now();
+          const body = await api("/api/v1/live", Object.assign({ wait: 10 }, p));
+          if (stopped) break;
+          await onNews(body, p);
+          /* pages of many runs gather the news of gapMs into one answer (8 runs logging twice a second
+             would otherwise be 16 answers a second) */
+          const rest = (gapMs || 0) - (performance.now() - asked);
+          if (rest > 0) await new Promise((r) => setTimeout(r, rest));
+          document.body.dataset.livePolls = String(Number(document.body.dataset.livePolls || 0) + 1);
+        } catch (err) {
+          if (stopped) break;
+          fail(err);
+          await new Promise((r) => setTimeout(r, 2000));
+        }
+      }
+    })();
+    return { stop() { stopped = true; } };
+  }
+
   return { el, api, status, plot, begin, end, ema, applySmoothing, applyLogY, wireControls, fmtCount, parseCount,
-    fmtValue, fail, memoryToken: null, pageData: (k) => document.getElementById("page").dataset[k] };
+    fmtValue, fail, extendLine, thin, extendHeat, extendAlerts, redraw, live, painted, escHtml, memoryToken: null,
+    pageData: (k) => document.getElementById("page").dataset[k] };
 })();

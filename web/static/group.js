@@ -11,6 +11,10 @@
   const controls = HW.wireControls(rows);
   const gl = new URLSearchParams(location.search).get("gl") === "1";
   let generation = 0;
+  /* live: each run's cursor (the smallest of its figures'), what GET /api/v1/live takes */
+  let cursors = {};
+  let every = 1;
+  let stream = null;
 
   /* About one bucket per 2.5 px of plot: each bucket returns its max (and min for run-level series),
      so spikes survive; more would not show and costs the server reads. */
@@ -31,15 +35,21 @@
   async function drawOne(name, gen) {
     const div = document.getElementById("fig-" + name);
     const side = document.getElementById("stab-" + name);
-    const missing = document.getElementById("missing-" + name);
     HW.begin();
     try {
       const body = await HW.api(`/ui/data/groups/${groupId}/compare`,
         { name, x: xSel.value, agg: aggSel.value, buckets: buckets(div), gl: gl ? "true" : "" });
       if (gen !== generation) return;
+      for (const [id, c] of Object.entries(body.live)) {
+        const old = cursors[id];
+        cursors[id] = { step: old ? Math.min(old.step, c.step) : c.step, status: null };
+        every = Math.max(every, c.every);
+      }
       if (!body.runs) {
         div.classList.add("empty");
-        div.replaceChildren(HW.el("p", { class: "empty", text: `${name}: no run of this group logs it` }));
+        /* meta.empty: why (router Z and MaxVio on a dense group: no router) */
+        const why = body.figure.meta.empty || "no run of this group logs it";
+        div.replaceChildren(HW.el("p", { class: "empty", text: `${name}: ${why}` }));
         side.replaceChildren();
         return;
       }
@@ -49,8 +59,8 @@
       await HW.plot(div, body.figure);
       await controls.apply(div);
       await HW.plot(side, body.stability);
-      const notes = body.figure.meta.missing;
-      missing.textContent = notes.length ? "Not drawn on this x-axis: " + notes.join("; ") : "";
+      rowNotes.set(name, body.figure.meta);
+      showNotes();
     } catch (err) {
       HW.fail(err);
     } finally {
@@ -97,14 +107,77 @@
     }
   }
 
+  /* One note for the page on the runs not drawn on this x-axis (the union over the rows, with the
+     attach argument that fills the gap), under the first row that has any; not one under every row. */
+  const rowNotes = new Map();
+  function showNotes() {
+    const names = [];
+    let fix = "";
+    let first = null;
+    for (const name of INDICATORS) {
+      const m = rowNotes.get(name);
+      if (!m || !m.missing_runs || !m.missing_runs.length) continue;
+      if (first === null) first = name;
+      fix = fix || m.missing_fix;
+      for (const r of m.missing_runs) if (!names.includes(r)) names.push(r);
+    }
+    const shown = names.slice(0, 5).join(", ") + (names.length > 5 ? ` and ${names.length - 5} more` : "");
+    for (const name of INDICATORS) {
+      const el = document.getElementById("missing-" + name);
+      if (el) el.textContent = name === first ? `Not drawn on this x-axis: ${names.length} run(s) (${shown}): ${fix}` : "";
+    }
+  }
+
   async function drawAll() {
     const gen = ++generation;
+    rowNotes.clear();
+    cursors = {};
+    every = 1;
     HW.begin();
     try {
       await Promise.all(INDICATORS.map((n) => drawOne(n, gen)));
+      if (gen === generation && !stream) stream = HW.live(liveParams, onNews, 500);
     } finally {
       HW.end();
     }
+  }
+
+  let statuses = null; // run id -> status the page was drawn with
+  function liveParams() {
+    const ids = Object.keys(cursors);
+    if (!ids.length) return null;
+    return { group_id: groupId, cursor: ids.map((id) => `${id}:${cursors[id].step}:${statuses && statuses[id] || ""}`),
+      name: INDICATORS, line: [aggSel.value], every, x: xSel.value };
+  }
+
+  /* New points on each run's line; a new run or a run that changed status (the verdict's matching
+     depends on it) redraws the page's figures. */
+  async function onNews(body, asked) {
+    if (asked.line[0] !== aggSel.value || asked.x !== xSel.value || !Object.keys(cursors).length) return;
+    if (body.added.length) { await drawAll(); await header(); return; }
+    const first = statuses === null;
+    statuses = statuses || {};
+    let changed = false;
+    const draws = [], news = [];
+    for (const r of body.runs) {
+      if (!first && statuses[r.id] !== undefined && statuses[r.id] !== r.status) changed = true;
+      statuses[r.id] = r.status;
+      const c = cursors[r.id];
+      if (!c) continue;
+      c.step = Math.max(c.step, r.cursor);
+      news.push([r.id, c.step]);
+      for (const name of INDICATORS) {
+        const d = r.series[name];
+        const div = document.getElementById("fig-" + name);
+        if (!d || !div.data) continue;
+        const i = div.data.findIndex((t) => t.meta && t.meta.smooth && t.meta.run_id === r.id);
+        if (i < 0) { changed = true; continue; } // the run's first points of this indicator
+        if (HW.extendLine(div, i, d[aggSel.value] || d.run, 0.97 - 0.04 * (i % 12))) draws.push(div);
+      }
+    }
+    if (changed) { await drawAll(); await header(); return; }
+    await Promise.all(Array.from(new Set(draws)).map((div) => HW.redraw(div)));
+    HW.painted(news);
   }
 
   async function header() {

@@ -14,6 +14,13 @@
     "mlp_outlier_ratio", "max_vio", "grad_norm"];
   let names = [];
   let generation = 0;
+  /* live: where the page's drawing stops (the smallest cursor of its figures), as GET /api/v1/live takes it */
+  let run = null;
+  const perLayer = {};
+  let cursor = null;
+  let every = 1;
+  let alertAfter = 0;
+  let stream = null;
 
   function order(all) {
     const rest = all.filter((n) => !FIRST.includes(n) && n !== "val_loss" && n !== "tokens").sort();
@@ -81,6 +88,10 @@
       const body = await HW.api(`/ui/data/runs/${runId}/indicator`,
         { name, x: xSel.value, buckets: Math.max(100, Math.round((line.clientWidth || 800) / 1.5)), gl: gl ? "true" : "" });
       if (gen !== generation) return;
+      perLayer[name] = body.per_layer;
+      cursor = cursor === null ? body.live.step : Math.min(cursor, body.live.step);
+      every = Math.max(every, body.live.every);
+      alertAfter = Math.max(alertAfter, body.live.alert_after);
       if (!body.heatmap) { heat.hidden = true; line.parentElement.classList.add("single"); }
       await HW.plot(line, body.line);
       await controls.apply(line);
@@ -96,19 +107,66 @@
 
   async function drawAll() {
     const gen = ++generation;
+    cursor = null;
+    every = 1;
     HW.begin();
     try { await Promise.all(names.map((n) => drawOne(n, gen))); } finally { HW.end(); }
   }
 
+  /* Draw what the live stream brought: new points on each line and heatmap, new alerts, status and step. */
+  async function onNews(body, asked) {
+    const r = body.runs[0];
+    if (!r || cursor === null || asked.x !== xSel.value) return; // the page redrew meanwhile
+    const wasEmpty = cursor < 0 && !names.length;
+    cursor = Math.max(cursor, r.cursor);
+    if (r.status !== run.status || r.last_step !== run.last_step) {
+      run.status = r.status;
+      run.last_step = r.last_step;
+      meta(run);
+    }
+    if (wasEmpty && r.last_step !== null) { await load(); return; } // the first points: draw the page
+    for (const a of r.alerts) alertAfter = Math.max(alertAfter, a.id);
+    const draws = [];
+    for (const name of names) {
+      const line = document.getElementById("fig-" + name);
+      const heat = document.getElementById("heat-" + name);
+      const d = r.series[name] || {};
+      let n = 0;
+      if (!line.data) continue;
+      if (perLayer[name]) {
+        n += HW.extendLine(line, 0, d.mean, 0.97) + HW.extendLine(line, 1, d.max, 0.92);
+        if (heat.data && HW.extendHeat(heat, d.heat)) draws.push(HW.redraw(heat));
+      } else {
+        n += HW.extendLine(line, 0, d.run, 0.97);
+        if (name === "loss" && r.series.val_loss) n += HW.extendLine(line, 1, r.series.val_loss.run, 0.92);
+      }
+      n += HW.extendAlerts(line, r.alerts.filter((a) => a.name === name), HW.escHtml);
+      if (n) draws.push(HW.redraw(line));
+    }
+    await Promise.all(draws);
+    HW.painted([[Number(runId), cursor]]);
+  }
+
+  function liveParams() {
+    if (cursor === null || !run) return null;
+    const wanted = names.length ? names.concat(names.includes("loss") ? ["val_loss"] : []) : ["loss"];
+    return { cursor: `${runId}:${cursor}:${run.status}`, name: wanted, line: ["mean", "max", "heat"], every,
+      x: xSel.value, alert_after: alertAfter };
+  }
+
   async function load() {
-    const [run, index] = await Promise.all([HW.api(`/api/v1/runs/${runId}`), HW.api(`/api/v1/runs/${runId}/series_index`)]);
+    const [fresh, index] = await Promise.all([HW.api(`/api/v1/runs/${runId}`), HW.api(`/api/v1/runs/${runId}/series_index`)]);
+    run = fresh;
     document.getElementById("run-title").textContent = `${run.project}/${run.name}`;
     document.title = `${run.name} · HyperWatch`;
     meta(run);
     names = order(Array.from(new Set(index.map((s) => s.name))));
-    if (!names.length) HW.status("This run has no points yet.");
+    HW.status(names.length ? "" : "This run has no points yet: they appear here as they arrive.");
+    figures.replaceChildren();
     names.forEach(section);
     await drawAll();
+    if (!names.length) cursor = -1;
+    if (!stream && query.get("live") !== "0") stream = HW.live(liveParams, onNews);
   }
 
   document.addEventListener("DOMContentLoaded", () => {

@@ -10,6 +10,20 @@
   let sortKey = "updated_at";
   let sortDir = -1;
   let timer = null;
+  let shownIds = [];
+  const picked = new Set();
+
+  /* The compare links: the ticked runs, and every run the filters show. */
+  function compareLinks() {
+    const sel = document.getElementById("compare-selected");
+    const ids = Array.from(picked);
+    sel.textContent = `Compare selected (${ids.length})`;
+    sel.setAttribute("href", "/compare?" + ids.map((id) => `run_id=${id}`).join("&"));
+    sel.setAttribute("aria-disabled", ids.length ? "false" : "true");
+    document.getElementById("compare-shown").setAttribute("href",
+      "/compare?" + shownIds.slice(0, 50).map((id) => `run_id=${id}`).join("&"));
+    document.getElementById("pick-all").checked = shownIds.length > 0 && shownIds.every((id) => picked.has(id));
+  }
 
   function filters() {
     const f = new FormData(form);
@@ -41,6 +55,7 @@
       if (y === null || y === undefined) return -1;
       return (x < y ? -1 : 1) * sortDir;
     });
+    shownIds = shown.map((r) => r.id);
     tbody.replaceChildren(...shown.map((r) => {
       const n = alertCounts[r.id] || 0;
       return HW.el("tr", { "data-run-id": r.id },
@@ -57,8 +72,14 @@
         HW.el("td", { class: "num", text: r.last_step ?? "" }),
         HW.el("td", {}, n ? HW.el("a", { href: `/alerts?run_id=${r.id}`, class: "badge alert", text: String(n) }) : ""),
         HW.el("td", { class: "tags" }, ...(r.tags || []).map((t) => HW.el("span", { class: "tag", text: t }))),
-        HW.el("td", { text: (latest(r) || "").replace("T", " ").slice(0, 19) }));
+        HW.el("td", { text: (latest(r) || "").replace("T", " ").slice(0, 19) }),
+        HW.el("td", {}, HW.el("input", { type: "checkbox", class: "pick", "aria-label": `compare ${r.name}`,
+          checked: picked.has(r.id), onchange: (ev) => {
+            if (ev.target.checked) picked.add(r.id); else picked.delete(r.id);
+            compareLinks();
+          } })));
     }));
+    compareLinks();
     HW.status(`${shown.length} of ${runs.length} runs`);
   }
 
@@ -104,6 +125,10 @@
     }));
     form.addEventListener("submit", (ev) => { ev.preventDefault(); load().catch(HW.fail); schedule(); });
     form.elements.live.addEventListener("change", schedule);
+    document.getElementById("pick-all").addEventListener("change", (ev) => {
+      for (const id of shownIds) { if (ev.target.checked) picked.add(id); else picked.delete(id); }
+      render();
+    });
     HW.begin();
     Promise.all([load(), groups()]).catch(HW.fail).finally(HW.end);
     schedule();

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from hyperwatch.monitor.api.routes import alerts, analysis, forecast, groups, points, query, runs
+from hyperwatch.monitor.api.routes import alerts, analysis, forecast, groups, live, points, query, runs
 
 API_ROUTERS: list[APIRouter] = [
     runs.router,
     groups.router,
     points.router,
     query.router,
+    live.router,
     alerts.router,
     analysis.router,
     forecast.router,

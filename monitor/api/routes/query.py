@@ -6,7 +6,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.schemas import (
     CompareOut,
@@ -19,8 +18,9 @@ from hyperwatch.monitor.schemas import (
 )
 from hyperwatch.monitor.store.entities import Run, Series
 from hyperwatch.monitor.views import XAxisError, x_values
+from hyperwatch.monitor.views_read import ReaderDep
 
-router = APIRouter(tags=["query"], dependencies=[ReadAuth])
+router = APIRouter(tags=["query"])  # ReaderDep checks read auth
 
 Layer = Annotated[int | None, Query(ge=0, description="block index; omit for a run-level metric")]
 Start = Annotated[int | None, Query(ge=0, description="first step (inclusive)")]
@@ -33,24 +33,17 @@ points and every NaN/Inf point are always returned. With few points, all are ret
 (`downsampled: false`). Non-finite values are the strings "NaN", "Infinity", "-Infinity"."""
 
 
-def _buckets(n: int, settings_max: int) -> int:
-    if n > settings_max:
-        raise InvalidInputError(f"buckets: {n} is above the limit of {settings_max} (HYPERWATCH_MAX_BUCKETS)")
-    return n
-
-
 @router.get("/runs/{run_id}/series", response_model=SeriesOut, summary="One series", description=SERIES_DOC)
 def series(
     run_id: int,
     name: Annotated[MetricName, Query()],
-    store: StoreDep,
-    settings: SettingsDep,
+    read: ReaderDep,
     layer: Layer = None,
     buckets: Annotated[int, Query(ge=1)] = 2000,
     start: Start = None,
     end: End = None,
 ) -> SeriesOut:
-    s = store.series(run_id, name, layer, _buckets(buckets, settings.max_buckets), start, end)
+    s = read.series(run_id, name, layer, buckets, start, end)
     return SeriesOut.model_validate(s)
 
 
@@ -66,8 +59,7 @@ def _x_values(run: Run, s: Series, x: XAxis) -> list[ComparePoint]:
 @router.get("/compare", response_model=CompareOut, summary="Many runs' series on one x-axis")
 def compare(
     name: Annotated[MetricName, Query()],
-    store: StoreDep,
-    settings: SettingsDep,
+    read: ReaderDep,
     run_id: Annotated[list[int] | None, Query(description="repeat for each run")] = None,
     group_id: Annotated[int | None, Query(description="every run of this group")] = None,
     layer: Layer = None,
@@ -76,19 +68,15 @@ def compare(
 ) -> CompareOut:
     ids = list(run_id or [])
     if group_id is not None:
-        group = store.get_group(group_id)
-        ids += [r.id for r in store.list_runs(project=group.project, group=group.name, limit=settings.max_compare_runs)]
+        ids += [r.id for r in read.group(group_id)[1]]
     if not ids:
         raise InvalidInputError("run_id: give one or more run_id=N parameters, or group_id")
-    if len(ids) > settings.max_compare_runs:
-        raise InvalidInputError(f"run_id: {len(ids)} runs; the limit is {settings.max_compare_runs}")
     out = []
-    for rid in dict.fromkeys(ids):
-        run = store.get_run(rid)
-        s = store.series(rid, name, layer, _buckets(buckets, settings.max_buckets), None, None)
+    for run in read.runs_by_id(ids):
+        s = read.series(run.id, name, layer, buckets, None, None)
         out.append(
             CompareSeries(
-                run_id=rid, run=run.name, project=run.project, downsampled=s.downsampled, points=_x_values(run, s, x)
+                run_id=run.id, run=run.name, project=run.project, downsampled=s.downsampled, points=_x_values(run, s, x)
             )
         )
     return CompareOut(name=name, layer=layer, x=x, series=out)
@@ -98,11 +86,11 @@ def compare(
 def layers(
     run_id: int,
     name: Annotated[MetricName, Query()],
-    store: StoreDep,
-    settings: SettingsDep,
+    read: ReaderDep,
     buckets: Annotated[int, Query(ge=1)] = 200,
     start: Start = None,
     end: End = None,
 ) -> LayerMatrixOut:
-    m = store.layer_matrix(run_id, name, _buckets(buckets, settings.max_buckets), start, end)
+    """The matrix the run page's heatmap draws: buckets no narrower than the run's logging interval."""
+    m = read.layers(read.run(run_id), name, buckets, start, end)
     return LayerMatrixOut.model_validate(m)

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
 from hyperwatch.monitor.schemas import RunCreate, RunOut, RunUpdate, SeriesInfoOut, Status
+from hyperwatch.monitor.store import identity
 from hyperwatch.monitor.views import run_view
 
 router = APIRouter(tags=["runs"])
@@ -33,12 +34,20 @@ def runs_out(runs: Iterable[dict[str, Any]]) -> list[RunOut]:
     response_model=RunOut,
     status_code=201,
     dependencies=[WriteAuth],
-    responses={200: {"model": RunOut, "description": "an existing run, updated"}},
+    responses={
+        200: {"model": RunOut, "description": "an existing run, updated"},
+        409: {"description": "the name belongs to another process's run (send resume=true to continue it)"},
+    },
     summary="Create a run, or update the run with this project and name",
 )
 def upsert_run(body: RunCreate, store: StoreDep, response: Response) -> RunOut:
-    fields = body.model_dump(exclude_unset=True, exclude={"name", "project"})
+    fields = body.model_dump(exclude_unset=True, exclude={"name", "project", "attach_id", "resume"})
+    new = False
+    if body.attach_id is not None:
+        new = identity.claim(identity.engine_of(store), body.project, body.name, body.attach_id, body.resume)
     run, created = store.upsert_run(body.project, body.name, fields)
+    if new and body.attach_id is not None:
+        identity.remember(identity.engine_of(store), run.id, body.project, body.name, body.attach_id)
     response.status_code = 201 if created else 200
     return RunOut.model_validate(run)
 

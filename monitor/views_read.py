@@ -1,0 +1,139 @@
+"""The read layer's plain reads: runs, the series index, series, layer matrices, alerts, comparisons.
+
+With :mod:`monitor.views` (aggregation, x-axis, matching) and :mod:`monitor.views_live` (the live
+delta) this is the only path from the API routes and the pages to the store, so a page never
+shows a number the API would not give. Pages get it through :data:`ReaderDep` (read auth, the
+store and the settings as one dependency), never through an API route module.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from hyperwatch.monitor.api.deps import get_settings, get_store, require_read
+from hyperwatch.monitor.core.config import Settings
+from hyperwatch.monitor.core.errors import InvalidInputError
+from hyperwatch.monitor.store.base import Store
+from hyperwatch.monitor.store.entities import Alert, Group, LayerMatrix, Run, Series, SeriesInfo
+from hyperwatch.monitor.views import Agg, AggSeries, TokenMap, aggregate_series, group_runs, layer_matrix
+
+LineMode = str
+"""``"mean"`` or ``"max"`` over layers, or a layer number as text (``"3"``)."""
+
+
+class _IndexCache:
+    """``store.list_series(run)`` memoised on the run's state (id, last_point_at, updated_at).
+
+    Every point write moves ``last_point_at``, so a hit is the same answer the store would give;
+    it saves the figure requests of one page from reading the same index once each per run.
+    """
+
+    def __init__(self, size: int = 512) -> None:
+        self.size = size
+        self.items: OrderedDict[tuple[Any, ...], list[SeriesInfo]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, store: Store, run: Run) -> list[SeriesInfo]:
+        key = (id(store), run.id, run.last_point_at, run.updated_at)
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+        found = store.list_series(run.id)
+        with self.lock:
+            self.items[key] = found
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+        return found
+
+
+_index = _IndexCache()
+
+
+@dataclass(frozen=True)
+class Reader:
+    """The store and the settings a read needs; every method is what an API route answers."""
+
+    store: Store
+    settings: Settings
+
+    def buckets(self, n: int) -> int:
+        if n > self.settings.max_buckets:
+            raise InvalidInputError(
+                f"buckets: {n} is above the limit of {self.settings.max_buckets} (HYPERWATCH_MAX_BUCKETS)"
+            )
+        return n
+
+    def run(self, run_id: int) -> Run:
+        return self.store.get_run(run_id)
+
+    def group(self, group_id: int) -> tuple[Group, list[Run]]:
+        return group_runs(self.store, group_id)
+
+    def index(self, run: Run) -> list[SeriesInfo]:
+        """What GET /runs/{id}/series_index lists: each (name, layer) and its latest point."""
+        return _index.get(self.store, run)
+
+    def series(
+        self, run_id: int, name: str, layer: int | None, buckets: int, start: int | None, end: int | None
+    ) -> Series:
+        return self.store.series(run_id, name, layer, self.buckets(buckets), start, end)
+
+    def layers(
+        self, run: Run, name: str, buckets: int, start: int | None = None, end: int | None = None
+    ) -> LayerMatrix:
+        """The layer x step matrix, buckets no narrower than the run's logging interval."""
+        return layer_matrix(self.store, run, name, self.buckets(buckets), start, end)
+
+    def token_map(self, run: Run, latest: Sequence[SeriesInfo]) -> TokenMap:
+        return TokenMap.of(self.store, run, latest)
+
+    def line(
+        self, run: Run, name: str, mode: LineMode, buckets: int, latest: Sequence[SeriesInfo], tmap: TokenMap
+    ) -> AggSeries:
+        """One run's line of ``name``: aggregated over layers (``mean``/``max``), or one layer (``"3"``);
+        a run-level metric is its own series whatever the mode."""
+        buckets = self.buckets(buckets)
+        per_layer = any(s.name == name and s.layer is not None for s in latest)
+        if not mode.isdigit() or not per_layer:
+            agg: Agg = "max" if mode == "max" else "mean"
+            return aggregate_series(self.store, run, name, agg, buckets, latest, tmap)
+        s = self.store.series(run.id, name, int(mode), buckets, None, None)
+        pts = s.points
+        return AggSeries([p.step for p in pts], [p.tokens for p in pts], [p.value for p in pts],
+                         pts[-1].value if pts else None, False, 0, s.downsampled)  # fmt: skip
+
+    def alerts(
+        self,
+        run_id: int | None = None,
+        project: str | None = None,
+        group_id: int | None = None,
+        rule: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Alert]:
+        """Alert events, newest first, at most the service's page size."""
+        return self.store.list_alerts(run_id, project, group_id, rule, min(limit, self.settings.max_page_size), offset)
+
+    def runs_by_id(self, ids: Sequence[int]) -> list[Run]:
+        """The runs of ``ids`` (each once, in the order given), at most ``max_compare_runs``."""
+        unique = list(dict.fromkeys(ids))
+        if not unique:
+            raise InvalidInputError("run_id: give one or more run_id=N parameters (pick runs on /runs)")
+        if len(unique) > self.settings.max_compare_runs:
+            raise InvalidInputError(f"run_id: {len(unique)} runs; the limit is {self.settings.max_compare_runs}")
+        return [self.store.get_run(rid) for rid in unique]
+
+
+async def reader(request: Request, _: Annotated[None, Depends(require_read)]) -> Reader:
+    """Read auth (the read token when one is set), then the app's store and settings."""
+    return Reader(await get_store(request), await get_settings(request))
+
+
+ReaderDep = Annotated[Reader, Depends(reader)]
