@@ -6,7 +6,7 @@ monitor/store/incidents.py). Existing alert events are grouped into incidents he
 they were stored, by the same rule the service applies to new ones.
 
 Revision ID: 0008_incidents
-Revises: 0006_pending_batches (the lead chains it after 0007_metric_name_ids at merge)
+Revises: 0007_metric_name_ids
 Create Date: 2026-11-25
 """
 
