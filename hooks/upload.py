@@ -104,10 +104,11 @@ class Uploader:
         self._check(resp, f"creating run {run.name!r}")
         body = resp.body if isinstance(resp.body, dict) else {}
         run_id = str(body.get("id", run.name))
+        project = run.fields.get("project")
         sent = 0
         inflight = recover_inflight(folder)
         if inflight:
-            sent += self._post([self._read_spooled(p) for p in inflight], inflight)
+            sent += self._post([self._read_spooled(p) for p in inflight], inflight, project)
             clear_inflight(folder)
         group: list[Batch] = []
         files: list[Path] = []
@@ -123,13 +124,13 @@ class Uploader:
             if batch.run != run.name:
                 raise UploadError(f"{path or folder / JSONL_FILE}: batch of run {batch.run!r} in {run.name!r}'s folder")
             if group and sum(len(b.points) for b in group) + len(batch.points) > self.max_points:
-                sent += self._post(group, files)
+                sent += self._post(group, files, project)
                 group, files = [], []
             group.append(batch)
             if path is not None:
                 files.append(path)
         if group:
-            sent += self._post(group, files)
+            sent += self._post(group, files, project)
         status = None
         if (folder / STATUS_FILE).is_file():
             status = _read_object(folder / STATUS_FILE).get("status")
@@ -150,9 +151,9 @@ class Uploader:
         except (OSError, ValueError, SchemaError) as exc:
             raise UploadError(f"{path}: {exc}; fix or remove the file") from exc
 
-    def _post(self, group: list[Batch], files: list[Path]) -> int:
+    def _post(self, group: list[Batch], files: list[Path], project: str | None) -> int:
         batch = merge(group)
-        resp = self._call("POST", "/api/v1/points", batch.to_json(), key=batch.batch_id)
+        resp = self._call("POST", client.points_path(project), batch.to_json(), key=batch.batch_id)
         self._check(resp, f"posting {len(batch.points)} points of run {batch.run!r}")
         for path in files:
             path.unlink(missing_ok=True)

@@ -12,6 +12,7 @@ import email.utils
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
@@ -99,7 +100,16 @@ def api(base: str, path: str) -> str:
     return base.rstrip("/") + path
 
 
-def post_points(base: str, batch: Batch, token: str | None, timeout: float, columns: bool) -> tuple[Response, bool]:
+def points_path(project: str | None) -> str:
+    """The points route for a run of ``project``: a batch names its run, the query names the project."""
+    if not project or project == "default":
+        return "/api/v1/points"
+    return "/api/v1/points?" + urllib.parse.urlencode({"project": project})
+
+
+def post_points(
+    base: str, batch: Batch, token: str | None, timeout: float, columns: bool, project: str | None = None
+) -> tuple[Response, bool]:
     """POST a batch as the columns body (:mod:`hooks.columns`) when ``columns``, else as JSON.
 
     Returns the answer and whether to keep sending columns. A service that does not read them (an
@@ -107,7 +117,7 @@ def post_points(base: str, batch: Batch, token: str | None, timeout: float, colu
     JSON from then on once that is delivered; a batch refused in both forms is the batch's fault
     (the answer is the JSON one) and changes nothing.
     """
-    url = api(base, "/api/v1/points")
+    url = api(base, points_path(project))
     if columns:
         from hyperwatch.hooks.columns import COLUMNS_MEDIA_TYPE, PointColumns, encode_body  # numpy, when sent
 

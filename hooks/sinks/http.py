@@ -476,7 +476,10 @@ class HttpSink(Sink):
         batch = merge(batches)
         folder = self._require_started()
         write_inflight(folder, chosen)
-        resp, self.columns_body = client.post_points(self.url, batch, self.token, self.timeout, self.columns_body)
+        project = self.run.fields.get("project") if self.run else None
+        resp, self.columns_body = client.post_points(
+            self.url, batch, self.token, self.timeout, self.columns_body, project
+        )
         kind = client.classify(resp)
         if kind == client.DELIVERED:
             for path in chosen:

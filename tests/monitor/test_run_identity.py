@@ -105,3 +105,15 @@ def test_hooks_second_process_is_refused_then_resumes(
     aside = [p for p in spool.iterdir() if p.name.startswith("same-name.earlier-")]
     assert len(aside) == 1 and list((aside[0] / "pending").iterdir())
     assert wait_until(lambda: not (spool / "same-name").exists(), timeout=10)
+
+
+def test_a_run_in_a_named_project_gets_its_points(live: tuple[Service, str], tmp_path: Path) -> None:
+    """The batch names its run; the project travels in the query (a run of project "team-a" posted
+    without it was looked up in "default": 404, retried forever, nothing stored)."""
+    svc, url = live
+    mon = attach(svc, tmp_path / "spool", project="team-a")
+    for step in range(3):
+        mon.step(step, loss=1.0)
+    mon.close()
+    assert {("loss", -1, s) for s in range(3)} <= stored(url, "same-name").keys
+    assert not (tmp_path / "spool" / "same-name").exists()  # delivered, not left spooled
