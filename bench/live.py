@@ -148,8 +148,8 @@ def main() -> int:
     args = ap.parse_args()
     why = missing_browser()
     if why:
-        print(f"live: skipped, {why}")
-        return 1
+        print(f"live: cannot run: {why}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'live.db'}"
         fresh(url)

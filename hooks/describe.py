@@ -18,10 +18,14 @@ and the monitor sends ``tokens`` (and ``flops``) once, as a run update, never pe
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from hyperwatch.hooks.sinks.base import RunInfo, Sink
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -103,8 +107,11 @@ class BudgetFromSteps:
         self.fields = fields
         self.done = self.total_steps is None or bool(fields.get("tokens"))
         self._first: tuple[int, int] | None = None
+        self._last: tuple[int, int] | None = None  # the last logged (step, tokens)
 
     def observe(self, step: int, tokens: int | None) -> dict[str, Any] | None:
+        if tokens is not None:
+            self._last = (step, tokens)
         if self.done or tokens is None:
             return None
         if self._first is None or step <= self._first[0]:
@@ -123,3 +130,30 @@ class BudgetFromSteps:
             if per_token is not None:
                 out["flops"] = per_token * budget
         return out
+
+    def at_finish(self) -> dict[str, Any] | None:
+        """A run that finished with neither ``total_steps`` nor ``tokens`` known: what it did is its
+        length (``total_steps`` = last logged step + 1, steps from 0; ``tokens`` = the tokens at that
+        step), so its Tokens column, FLOPs and fraction axes fill in. None when already described."""
+        if self.total_steps is not None or self.fields.get("tokens") or self._last is None:
+            return None
+        step, tokens = self._last
+        if tokens <= 0:
+            return None
+        out: dict[str, Any] = {"total_steps": step + 1, "tokens": tokens}
+        if self.fields.get("flops") is None:
+            per_token = self.flops_per_token or default_flops_per_token(self.fields)
+            if per_token is not None:
+                out["flops"] = per_token * tokens
+        return out
+
+    def finish_job(self, run: RunInfo, sink: Sink) -> Callable[[], None]:
+        """The emitter-thread job that sends :meth:`at_finish`'s fields before the final status."""
+
+        def job() -> None:
+            learned = self.at_finish()
+            if learned:
+                run.fields.update(learned)
+                sink.update(learned)
+
+        return job

@@ -326,6 +326,8 @@ class Monitor:
             return
         self._finished = True
         if self.sink is not None:
+            if self.budget is not None and status == "finished":  # a finished run's length describes it
+                self._submit(self.budget.finish_job(self.run, self.sink))
             self._submit(lambda: self.sink.finish(status) if self.sink is not None else None)
 
     def detach(self) -> None:

@@ -135,6 +135,9 @@ def fix_flat_axis(layout: dict[str, Any], data: Sequence[dict[str, Any]], axis: 
     ys = [y for t in data if not t.get("yaxis") and t.get("mode") == "lines" for y in t.get("y", [])]
     rng = flat_range(ys)
     if rng is not None:
+        clip = layout[axis].get("autorangeoptions", {})  # a ratio's axis stays inside 0..1
+        if "clipmin" in clip and "clipmax" in clip:
+            rng = [max(rng[0], clip["clipmin"]), min(rng[1], clip["clipmax"])]
         layout[axis]["range"] = rng
         layout[axis]["autorange"] = False
 

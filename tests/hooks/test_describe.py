@@ -68,3 +68,23 @@ def test_the_budget_is_learned_from_mon_step_tokens_and_sent_once() -> None:
 def test_bad_run_description_is_refused_naming_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ValueError, match=field):
         hooks.attach(torch.nn.Linear(2, 2), run="bad", sink=hooks.MemorySink(), **kwargs)
+
+
+def test_a_finished_run_without_budget_or_length_is_described_by_what_it_did() -> None:
+    sink = hooks.MemorySink()
+    model = hf_model("llama")
+    mon = hooks.attach(model, run="desc-4", sink=sink, every=10, active_params=500)
+    for step in range(25):
+        mon.step(step, loss=1.0, tokens=(step + 1) * 32)
+    mon.close()
+    (done,) = [u for u in sink.updates if "total_steps" in u]
+    assert done == {"total_steps": 21, "tokens": 21 * 32, "flops": 6.0 * 500 * 21 * 32}  # last logged step 20
+    assert sink.statuses == ["finished"]
+
+
+def test_a_failed_run_is_not_given_a_length() -> None:
+    sink = hooks.MemorySink()
+    mon = hooks.attach(hf_model("llama"), run="desc-5", sink=sink, every=1)
+    mon.step(0, loss=1.0, tokens=32)
+    mon.close("failed")
+    assert not [u for u in sink.updates if "total_steps" in u or "tokens" in u]

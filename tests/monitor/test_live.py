@@ -3,13 +3,16 @@ read by the same rules as the first read (so a live page and a reload draw the s
 
 from __future__ import annotations
 
+import asyncio
 import math
+import threading
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from hyperwatch.monitor import views_live
+from hyperwatch.monitor import live_notify, views_live
+from hyperwatch.monitor.api.routes import live as live_route
 from hyperwatch.monitor.store import SqlStore
 from hyperwatch.monitor.views import aggregate_series
 from tests.monitor.conftest import create_run, post_points
@@ -144,3 +147,42 @@ def test_raw_points_path_equals_the_downsampled_reads(
         monkeypatch.undo()
         assert fast == slow, (every, x, after)
         assert fast["loss"]["run"]["y"][-1] == "-Infinity" and (after == 19 or fast["attention_z"]["max"]["y"])
+
+
+def test_news_wakes_a_waiter_from_another_thread() -> None:
+    """A batch announced by another thread (the points route's loop) sets the waiting request's event;
+    a run nobody waits on is only counted."""
+    news = live_notify.LiveNews()
+
+    async def waiter() -> bool:
+        task = asyncio.ensure_future(news.wait_any([7, 8], timeout=60))
+        while 8 not in news._waiters:  # registered: now announce from another thread
+            await asyncio.sleep(0)
+        threading.Thread(target=news.bump, args=(8,)).start()
+        return await task
+
+    assert asyncio.run(waiter()) is True
+    assert news.count(8) == 1 and news._waiters == {}  # the waiter left no trace
+    news.bump(9)
+    assert news.count(9) == 1 and news.count(7) == 0
+    assert asyncio.run(news.wait_any([7], timeout=0)) is False  # nothing announced for 7: the timeout
+
+
+def test_a_waiting_page_is_answered_by_the_next_batch(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The long poll waits on the process's news (no fallback read within the test) and answers the
+    step posted meanwhile."""
+    rid = _seed(client, "w", range(3))
+    monkeypatch.setattr(live_route, "FALLBACK_S", 30.0)
+    got: list[dict[str, Any]] = []
+    ask = threading.Thread(target=lambda: got.append(_live(client, cursor=f"{rid}:2:running", name="loss", wait=30)))
+    ask.start()
+    while rid not in live_notify.news._waiters:  # the request is waiting on its run
+        ask.join(0.01)
+        assert ask.is_alive(), got
+    before = live_notify.news.count(rid)
+    post_points(client, "w", [{"name": "loss", "layer": None, "step": 3, "value": 4.5}])
+    ask.join()
+    assert live_notify.news.count(rid) == before + 1
+    (run,) = got[0]["runs"]
+    assert run["cursor"] == 3 and run["series"]["loss"]["run"]["y"] == [4.5]
+    assert rid not in live_notify.news._waiters

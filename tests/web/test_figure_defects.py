@@ -41,6 +41,8 @@ def test_a_constant_line_across_runs_gets_a_range_too() -> None:
     lines = [RunLine(run(i), series([0.0] * 4), f"r{i}", "#000") for i in (1, 2)]
     fig = compare_figure("lr", lines, "step", "mean", False)
     assert fig["layout"]["yaxis"]["range"] == [-1.0, 1.0]  # zero: +-1, the value in the middle
+    ratio = compare_figure("mlp_outlier_ratio", lines, "step", "max", False)
+    assert ratio["layout"]["yaxis"]["range"] == [0.0, 1.0]  # a ratio's zero line sits on a 0..1 axis
 
 
 def test_alert_markers_sit_in_their_own_strip_above_the_peak() -> None:

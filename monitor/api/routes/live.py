@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Annotated
 
@@ -10,6 +9,7 @@ import anyio
 from fastapi import APIRouter, Query, Request, Response
 
 from hyperwatch.monitor.core.errors import InvalidInputError
+from hyperwatch.monitor.live_notify import FALLBACK_S, news
 from hyperwatch.monitor.schemas import MetricName, XAxis
 from hyperwatch.monitor.store.entities import Run
 from hyperwatch.monitor.views import MAX_GROUP_RUNS
@@ -18,22 +18,22 @@ from hyperwatch.monitor.views_read import ReaderDep
 
 router = APIRouter(tags=["query"])  # ReaderDep checks read auth
 
-POLL_S = 0.2
-"""How often a waiting request reads its runs' last step (one primary-key read per run)."""
-
 LIVE_DOC = f"""New points of some runs since a page drew them: a long poll on a cursor.
 
 Give one `cursor=<run_id>:<last step drawn>[:<status>]` per run drawn (`-1` before any point), or
 `group_id` for every run of a group (runs of the group without a cursor are listed in `added`:
 read them whole first). The request waits up to `wait` seconds until a run has points after its
-cursor (or a status other than the one given), checking every {POLL_S} s; then it answers each
+cursor (or a status other than the one given): it wakes when this service stores a batch of one
+of its runs, and reads its runs every {FALLBACK_S} s besides (points written by another replica,
+a status set elsewhere); then it answers each
 run's state and, for runs that moved, the part of each `name` after the cursor, read by the same
 rules as the first read: per-layer indicators aggregated over layers (`line=mean`, `line=max`)
 per bucket of `every` steps (each layer's max per bucket, so spikes survive), `line=heat` the
 heatmap's new columns, `line=<n>` layer n; a run-level metric answers under `run`. Alerts with an
 id above `alert_after` come with their run. Send the returned `cursor` of each run next time.
 Non-finite values are the strings "NaN", "Infinity", "-Infinity". Nothing is computed on the
-ingest path: a waiting page costs one small read per run every {POLL_S} s."""
+ingest path (it only sets the waiting requests' events): a waiting page costs one small read per
+run when its runs move, and every {FALLBACK_S} s."""
 
 
 def _parse(cursors: list[str]) -> dict[int, Cursor]:
@@ -84,9 +84,12 @@ async def live(
         runs = await anyio.to_thread.run_sync(read_runs)
         added = [r.id for r in runs if r.id not in cursors]
         moved = [r for r in runs if r.id in cursors and cursors[r.id].moved(r)]
-        if moved or added or time.monotonic() >= deadline or await request.is_disconnected():
+        left = deadline - time.monotonic()
+        if moved or added or left <= 0 or await request.is_disconnected():
             break
-        await asyncio.sleep(POLL_S)
+        # woken by a batch of one of these runs stored here, else re-read after FALLBACK_S (other
+        # replicas, status changes); nothing is read while neither happens
+        await news.wait_any([r.id for r in runs], min(left, FALLBACK_S))
 
     def build() -> bytes:
         out = []

@@ -16,6 +16,7 @@ from hyperwatch.monitor.api.deps import SettingsDep, StoreDep, WriteAuth
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.detectors import detect
 from hyperwatch.monitor.forecast_alerts import ForecastWatches
+from hyperwatch.monitor.live_notify import news
 from hyperwatch.monitor.prometheus import ALERTS_RAISED, BATCHES_INGESTED, POINTS_INGESTED
 from hyperwatch.monitor.schemas import IngestOut, ProjectName
 from hyperwatch.monitor.store.base import Detector, Store, WindowReader
@@ -91,6 +92,7 @@ async def ingest(
     run_id, result = await run_in_threadpool(_store_batch, store, project, batch, watches)
     (_DUPLICATE if result.duplicate else _STORED).inc()
     if not result.duplicate:
+        news.bump(run_id)  # committed: wake the live pages waiting on this run (sets events, nothing more)
         POINTS_INGESTED.inc(result.accepted)
         for alert in result.alerts:
             ALERTS_RAISED.labels(alert.rule).inc()
