@@ -108,6 +108,23 @@ def merge(batches: list[Batch]) -> Batch:
     return Batch(run=batches[0].run, points=points, batch_id=f"m{digest}")
 
 
+def widen_steps(steps: tuple[int, int] | None, batch: Batch) -> tuple[int, int] | None:
+    """The range of dropped steps, ``steps``, widened by a batch that was not spooled either."""
+    seen = [p.step for p in batch.points]
+    if not seen:
+        return steps
+    lo, hi = min(seen), max(seen)
+    return (lo, hi) if steps is None else (min(lo, steps[0]), max(hi, steps[1]))
+
+
+def record_drops(folder: Path, points: int, batches: int, steps: tuple[int, int] | None) -> None:
+    """Write the drop count to ``dropped.json`` so a later upload sees the gap (best effort)."""
+    try:
+        write_json_atomic(folder / DROPPED_FILE, {"points": points, "batches": batches, "steps": steps})
+    except OSError:
+        log.debug("hooks: cannot record the drop count in %s", folder)
+
+
 def write_inflight(folder: Path, files: list[Path]) -> None:
     """Record the group about to be posted (see the module docstring); fsynced: it guards a resend."""
     write_json_atomic(folder / INFLIGHT_FILE, {"files": [p.name for p in files]}, fsync=True)

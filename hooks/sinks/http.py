@@ -56,8 +56,10 @@ from hyperwatch.hooks.sinks.folder import (
     merge,
     pending_files,
     read_json,
+    record_drops,
     recover_inflight,
     run_folder,
+    widen_steps,
     write_inflight,
     write_json_atomic,
 )
@@ -209,12 +211,7 @@ class HttpSink(Sink):
         """Count a batch that was not spooled (caller holds _write_lock); log loudly, never block."""
         self.dropped_batches += 1
         self.dropped_points += len(batch.points)
-        steps = [p.step for p in batch.points]
-        if steps:
-            lo, hi = min(steps), max(steps)
-            if self.dropped_steps is not None:
-                lo, hi = min(lo, self.dropped_steps[0]), max(hi, self.dropped_steps[1])
-            self.dropped_steps = (lo, hi)
+        self.dropped_steps = widen_steps(self.dropped_steps, batch)
         now = time.monotonic()
         if not self._dropping or now - self._last_drop_log >= DROP_LOG_INTERVAL_S:
             log.error(
@@ -232,11 +229,7 @@ class HttpSink(Sink):
             self._last_drop_log = now
         self._dropping = True
         if self.folder is not None:
-            record = {"points": self.dropped_points, "batches": self.dropped_batches, "steps": self.dropped_steps}
-            try:
-                write_json_atomic(self.folder / DROPPED_FILE, record)
-            except OSError:
-                log.debug("hooks: cannot record the drop count in %s", self.folder)
+            record_drops(self.folder, self.dropped_points, self.dropped_batches, self.dropped_steps)
 
     def _forget(self, name: str) -> None:
         """A pending file left the spool (delivered, rejected or never written): free its bytes."""
