@@ -36,7 +36,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     # max_vio_collapse
     "max_vio_limit": 2.0,
     # logit_ceiling: per-head max LSE (and attention_z above its square)
-    "attention_lse_max_limit": 100.0,
+    "attention_lse_max_limit": 50.0,
     # z_growth: sustained climb of ln(value) over a window of logged points
     "growth_window": 16,
     "growth_min_points": 8,
@@ -48,7 +48,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     # loss_spike, grad_norm_spike: mean + k sigma of the trailing window
     "sigma_spike_window": 128,
     "sigma_spike_min_points": 16,
-    "sigma_spike_multiple": 6.0,
+    "sigma_spike_multiple": 4.0,
     "sigma_spike_min_relative": 0.02,
 }
 
