@@ -6,7 +6,7 @@ Prometheus rules (prometheus/rules.yml) repeat the same numbers: change both tog
 
 Provisional values (issue 21), to be calibrated on ``bench/early_warning.py``'s table:
 
-- ``attention_lse_max_limit`` 100: QK-clip's bound on a head's max logit (Kimi K2). A head's max
+- ``attention_lse_max_limit`` 50 (QK-clip in Kimi K2 bounds the max logit at 100; 50 from bench/early_warning.py). A head's max
   LSE over queries bounds its max logit: ``max logit >= attention_lse_max - log T``. Attention Z
   is a mean of LSE^2 over rows, so ``attention_z > limit^2`` means some row's LSE is above the
   limit: the same ceiling for sources that send no per-head values. No history needed.
