@@ -18,7 +18,7 @@ and a warning on a run that did not go wrong is a false alarm.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
@@ -98,7 +98,7 @@ def departure_step(
 
 def ground_truth(
     runs: Sequence[RunResult],
-    twins: dict[str, Sequence[str]] | None = None,
+    twins: Mapping[str, Sequence[str]] | None = None,
     margin: float = 0.1,
     depart: float = 0.05,
     smooth: int = 10,
