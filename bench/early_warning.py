@@ -11,7 +11,10 @@ Scenarios, each with healthy twins in the same cell (same scenario, same model s
 - ``nan``: LRs that diverge (plain GPT, Hugging Face Llama);
 - ``loss_spike``: the LR x 30 for 5% of training at mid-run (all three sources).
 
-Ground truth from the loss alone (``bench/ew_score.py``). Two alert sources are scored: the
+Ground truth from the loss alone (``bench/ew_score.py``) for every rule that guards the loss. The
+MaxVio rules guard expert load, so they are judged by it, in their own table: the tokens each MoE
+layer routed to each expert, read every step by this script's own forward hook on the trainer's
+MoE layers (never from an alert), summed over the last 10% of the steps. Two alert sources are scored: the
 service's detectors (``GET /api/v1/alerts``, the first step any alert names) and the Prometheus
 rules of ``prometheus/rules.yml``, evaluated by ``promtool test rules`` over the ``/metrics``
 scrapes taken after every logged step (``bench/ew_prom.py``). Prints the table; ``--out`` writes
@@ -40,10 +43,21 @@ sys.path.insert(0, str(ROOT / "bench"))
 import torch  # noqa: E402
 from ew_models import RunSpec, batches, build, param_count, stdlib_bytes, z_loss  # noqa: E402
 from ew_prom import Scrape, parse_scrape, replay, to_columns  # noqa: E402
-from ew_score import RunResult, format_table, ground_truth, score, totals  # noqa: E402
+from ew_score import (  # noqa: E402
+    EFFICIENCY_RULES,
+    RunResult,
+    expert_load_truth,
+    format_efficiency,
+    format_table,
+    ground_truth,
+    score,
+    score_efficiency,
+    totals,
+)
 
 from hyperwatch import hooks  # noqa: E402
 from hyperwatch.monitor.children import ServiceProcess  # noqa: E402
+from hyperwatch.trainer.moe import MoE  # noqa: E402
 
 PROJECT = "default"  # the sink posts points without ?project= (see the report): runs stay in "default"
 RULES = ROOT / "prometheus" / "rules.yml"
@@ -100,6 +114,14 @@ def train(spec: RunSpec, data: Any, url: str, every: int, seq: int, batch: int, 
         model, run=spec.name, sink=url, every=every, config=config,
         group=f"ew-{spec.scenario}", depth=spec.depth, spool=spool,
     )  # fmt: skip
+    routed: list[list[list[int]]] = []  # per step, per MoE layer, tokens per expert (the load's ground truth)
+    this_step: list[list[int]] = []
+
+    def record(module: torch.nn.Module, args: Any, output: Any) -> None:
+        assert isinstance(module, MoE) and module.counts is not None
+        this_step.append(module.counts.tolist())
+
+    handles = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, MoE)]
     xs = batches(data, DATA_SEED, spec.steps, batch, seq)  # every run sees the same batches; seeds vary the init
     losses: list[float] = []
     scrapes: list[Scrape] = []
@@ -111,7 +133,10 @@ def train(spec: RunSpec, data: Any, url: str, every: int, seq: int, batch: int, 
         lr = spec.lr_at(step)
         for g in opt.param_groups:
             g["lr"] = lr
+        this_step.clear()
         logits, loss = forward(xs[step])
+        if handles:
+            routed.append(list(this_step))
         total = loss + spec.z_loss * z_loss(logits) if spec.z_loss else loss
         total.backward()
         opt.step()
@@ -129,12 +154,15 @@ def train(spec: RunSpec, data: Any, url: str, every: int, seq: int, batch: int, 
         if nonfinite_at is not None and step >= nonfinite_at + 2 * every:
             break  # diverged: a few more logged steps for the alerts, then stop (the truth is already known)
     mon.close("failed" if nonfinite_at is not None else "finished")
+    for h in handles:
+        h.remove()
     return {
         "spec": config,
         "params": param_count(model),
         "losses": losses,
         "logged_steps": logged,
         "scrapes": scrapes,
+        "routed_counts": routed,
         "seconds": time.perf_counter() - t0,
         "seconds_delivering": waited,
     }
@@ -169,6 +197,9 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the machine is shared)")
     p.add_argument("--only", default="", help="comma-separated scenarios to run (default all)")
     p.add_argument("--margin", type=float, default=0.1, help="nats worse than the cell's best = went wrong")
+    p.add_argument(
+        "--load-limit", type=float, default=2.0, help="busiest expert's load over fair share = load went wrong"
+    )
     p.add_argument("--out", type=Path, help="write the table and every run as JSON")
     p.add_argument("--workdir", type=Path, help="keep the database, spool and promtool replay here")
     args = p.parse_args()
@@ -209,7 +240,10 @@ def main() -> int:
         }
         rec["first_by_rule"] = {"service": svc_first, "prometheus": prom_first}
         rec["alert_count"] = len(alerts.get(trained[spec.name], []))
-        first = {"service": min(svc_first.values(), default=None), "prometheus": min(prom_first.values(), default=None)}
+        first = {  # the loss-judged table: every rule but the MaxVio ones (they guard expert load)
+            a: min((v for k, v in by.items() if k not in EFFICIENCY_RULES), default=None)
+            for a, by in (("service", svc_first), ("prometheus", prom_first))
+        }
         results.append(RunResult(spec.name, spec.scenario, spec.source, spec.steps, rec["losses"], first))
     twins: dict[str, list[str]] = {}
     for spec in specs:
@@ -234,6 +268,26 @@ def main() -> int:
         f"distinct runs trained: {len(distinct)}; distinct healthy runs: {len(healthy_runs)}; false alarms on them: "
         + ", ".join(f"{a} {len(v)} {v}" for a, v in fa.items())
     )
+    load = {n: expert_load_truth(rec["routed_counts"], limit=args.load_limit) for n, rec in recorded.items()
+            if rec["routed_counts"]}  # fmt: skip
+    vio = {
+        n: {a: min((v for k, v in recorded[n]["first_by_rule"][a].items() if k in EFFICIENCY_RULES), default=None)
+            for a in ALERT_SOURCES}
+        for n in load
+    }  # fmt: skip
+    eff_rows = score_efficiency(vio, load, {n: recorded[n]["spec"]["steps"] for n in load}, ALERT_SOURCES)
+    print()
+    print(
+        f"efficiency guard (MaxVio rules), judged by expert load: {len(load)} distinct MoE runs; load went wrong = "
+        f"over the last 10% of steps the busiest expert got > {args.load_limit:g}x its fair share, or an expert got "
+        "no token"
+    )
+    print(format_efficiency(eff_rows))
+    for n, lt in load.items():
+        print(
+            f"  {n:38s} load {'WRONG' if lt.wrong else 'even '} busiest {lt.busiest_vs_fair:.2f}x fair "
+            f"({lt.busiest_share:.1%}), dead experts {lt.dead_experts}, first MaxVio alarm {vio[n]}"
+        )
     print()
     for r in results:
         t = truth[r.name]
@@ -246,12 +300,19 @@ def main() -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         runs_out = {
-            n: {k: v for k, v in rec.items() if k != "scrapes"} | {"truth": vars(truth[n])}
+            n: {k: v for k, v in rec.items() if k != "scrapes"}
+            | {"truth": vars(truth[n])}
+            | ({"load_truth": vars(load[n])} if n in load else {})
             for n, rec in recorded.items()
         }
         args.out.write_text(
             json.dumps(
-                {"rows": rows, "runs": runs_out, "args": vars(args) | {"out": str(args.out), "workdir": str(work)}},
+                {
+                    "rows": rows,
+                    "efficiency_rows": eff_rows,
+                    "runs": runs_out,
+                    "args": vars(args) | {"out": str(args.out), "workdir": str(work)},
+                },
                 default=str,
                 indent=1,
             )

@@ -166,7 +166,8 @@ def _trainer(spec: RunSpec, seq: int) -> tuple[nn.Module, Forward]:
     overrides: dict[str, Any] = {"parameterization": spec.extra.get("parameterization", "vanilla"), "moe": spec.moe}
     if spec.moe:
         overrides.update(sqrt_gate=spec.gates, aux_loss_gamma=0.1 if spec.gates else 0.0)
-    cfg = dataclasses.replace(build_config({"preset": "tiny", "model": model_cfg}).model, **overrides)
+    base = build_config({"preset": "tiny", "model": model_cfg}).model  # type: ignore[dict-item]
+    cfg = dataclasses.replace(base, **overrides)
     model = Transformer(cfg)
 
     def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

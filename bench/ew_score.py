@@ -18,7 +18,7 @@ and a warning on a run that did not go wrong is a false alarm.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
@@ -98,7 +98,7 @@ def departure_step(
 
 def ground_truth(
     runs: Sequence[RunResult],
-    twins: dict[str, Sequence[str]] | None = None,
+    twins: Mapping[str, Sequence[str]] | None = None,
     margin: float = 0.1,
     depart: float = 0.05,
     smooth: int = 10,
@@ -231,4 +231,99 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(" | ".join(_cell(r[k]).ljust(w) for k, w in COLUMNS))
+    return "\n".join(lines)
+
+
+# --- the efficiency guard: MaxVio alarms judged by the expert load they guard, not by the loss ---
+
+EFFICIENCY_RULES = frozenset({"max_vio_collapse", "HyperWatchMaxVioCollapse"})  # service rule, Prometheus alert
+
+
+@dataclass
+class LoadTruth:
+    """What the routed token counts say about one MoE run at the end of training."""
+
+    busiest_share: float  # worst layer: busiest expert's tokens / all routed tokens, over the tail
+    busiest_vs_fair: float  # busiest_share x n_experts (1.0 = perfectly even)
+    dead_experts: int  # worst layer: experts that received no token over the tail
+    wrong: bool
+
+
+def expert_load_truth(counts: Sequence[Sequence[Sequence[int]]], tail: float = 0.1, limit: float = 2.0) -> LoadTruth:
+    """Ground truth for "expert load went wrong", from the routed counts themselves.
+
+    ``counts[step][layer][expert]``: tokens routed per step, read by the benchmark from the trainer's
+    MoE layers (never from an alert). Over the last ``tail`` fraction of the steps, per layer: the busiest
+    expert's share of the routed tokens; the load went wrong when, in any layer, the busiest expert got
+    more than ``limit`` times its fair share (1 / experts) or some expert got no token at all."""
+    if not counts or not counts[0]:
+        raise ValueError("expert_load_truth: no routed counts (is the model an MoE, and did it train a step?)")
+    n = max(1, round(len(counts) * tail))
+    window = counts[-n:]
+    layers, experts = len(window[0]), len(window[0][0])
+    worst_share, worst_dead = 0.0, 0
+    for layer in range(layers):
+        load = [sum(step[layer][e] for step in window) for e in range(experts)]
+        total = sum(load)
+        if total <= 0:
+            raise ValueError(f"expert_load_truth: layer {layer} routed no token over the last {n} steps")
+        worst_share = max(worst_share, max(load) / total)
+        worst_dead = max(worst_dead, sum(v == 0 for v in load))
+    ratio = worst_share * experts
+    return LoadTruth(worst_share, ratio, worst_dead, ratio > limit or worst_dead > 0)
+
+
+def score_efficiency(
+    runs: Mapping[str, Mapping[str, int | None]],
+    truth: Mapping[str, LoadTruth],
+    steps: Mapping[str, int],
+    alert_sources: Sequence[str],
+) -> list[dict[str, Any]]:
+    """One row per alert source for the MaxVio rules: ``runs[name][source]`` is the first MaxVio alarm
+    step (None: never). A warned run whose load went wrong is a hit, an alarm on a run whose load
+    stayed even is a false alarm."""
+    rows = []
+    for alert in alert_sources:
+        wrong = [n for n in runs if truth[n].wrong]
+        even = [n for n in runs if not truth[n].wrong]
+        warned = [n for n in wrong if runs[n].get(alert) is not None]
+        fracs = [runs[n][alert] / steps[n] for n in warned]  # type: ignore[operator]
+        rows.append(
+            {
+                "guard": "expert load (MaxVio)",
+                "alerts": alert,
+                "runs": len(runs),
+                "load_wrong": len(wrong),
+                "warned": len(warned),
+                "within_25pct": sum(f <= TARGET_FRAC for f in fracs),
+                "missed": len(wrong) - len(warned),
+                "median_lead_frac": _median(fracs),
+                "load_even": len(even),
+                "false_alarms": sum(runs[n].get(alert) is not None for n in even),
+            }
+        )
+    return rows
+
+
+EFFICIENCY_COLUMNS = (
+    ("guard", 20),
+    ("alerts", 10),
+    ("runs", 4),
+    ("load_wrong", 10),
+    ("warned", 6),
+    ("within_25pct", 5),
+    ("missed", 6),
+    ("median_lead_frac", 8),
+    ("load_even", 9),
+    ("false_alarms", 4),
+)
+
+
+def format_efficiency(rows: Sequence[dict[str, Any]]) -> str:
+    """The MaxVio rows as a fixed-width text table (their own table: they guard expert load, not the loss)."""
+    names = {"load_wrong": "load wrong", "load_even": "load even", **HEADERS}
+    head = " | ".join(names.get(k, k).ljust(w) for k, w in EFFICIENCY_COLUMNS)
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(" | ".join(_cell(r[k]).ljust(w) for k, w in EFFICIENCY_COLUMNS))
     return "\n".join(lines)

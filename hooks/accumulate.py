@@ -139,7 +139,10 @@ class Accumulator:
         """Raise the layer's per-head maxima to this LSE's (``lse``: (..., heads, queries))."""
         per_head = heads.head_lse_max(lse)
         view = self.heads[layer, : per_head.shape[0]]
-        view.copy_(torch.maximum(view, per_head.to(view.dtype)))
+        if torch.compiler.is_compiling():  # out= into a view of a lifted buffer: copy_ is what AOT autograd keeps
+            view.copy_(torch.maximum(view, per_head.to(view.dtype)))
+        else:  # one op: elementwise, so writing into an input is safe; NaN propagates as in torch.maximum
+            torch.maximum(view, per_head, out=view)
 
     def add_output_logits(self, logits: torch.Tensor) -> None:
         """Output Z: sum of LSE^2 over the vocabulary of every position, and the positions' count

@@ -6,7 +6,7 @@ Prometheus rules (prometheus/rules.yml) repeat the same numbers: change both tog
 
 Provisional values (issue 21), to be calibrated on ``bench/early_warning.py``'s table:
 
-- ``attention_lse_max_limit`` 100: QK-clip's bound on a head's max logit (Kimi K2). A head's max
+- ``attention_lse_max_limit`` 50 (QK-clip in Kimi K2 bounds the max logit at 100; 50 from bench/early_warning.py). A head's max
   LSE over queries bounds its max logit: ``max logit >= attention_lse_max - log T``. Attention Z
   is a mean of LSE^2 over rows, so ``attention_z > limit^2`` means some row's LSE is above the
   limit: the same ceiling for sources that send no per-head values. No history needed.
@@ -36,7 +36,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     # max_vio_collapse
     "max_vio_limit": 2.0,
     # logit_ceiling: per-head max LSE (and attention_z above its square)
-    "attention_lse_max_limit": 100.0,
+    "attention_lse_max_limit": 50.0,
     # z_growth: sustained climb of ln(value) over a window of logged points
     "growth_window": 16,
     "growth_min_points": 8,
@@ -48,7 +48,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     # loss_spike, grad_norm_spike: mean + k sigma of the trailing window
     "sigma_spike_window": 128,
     "sigma_spike_min_points": 16,
-    "sigma_spike_multiple": 6.0,
+    "sigma_spike_multiple": 4.0,
     "sigma_spike_min_relative": 0.02,
 }
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
 from hyperwatch.hooks.columns import PointColumns
-from hyperwatch.hooks.schema import base_name
+from hyperwatch.hooks.schema import MAX_LAYER, base_name
 from hyperwatch.monitor.detect.defaults import GROWTH_METRICS, SIGMA_SPIKE_METRICS, log_factor, z_ceiling
+from hyperwatch.monitor.detect.heads import is_head
 from hyperwatch.monitor.store.base import WindowReader
 from hyperwatch.monitor.store.entities import NewAlert
 
@@ -71,21 +71,32 @@ def sigma_spike(value: float, history: Sequence[float], th: dict[str, float]) ->
     return jump > th["sigma_spike_multiple"] * sigma and jump > th["sigma_spike_min_relative"] * abs(mean), mean
 
 
-def _collect(cols: PointColumns, pick: Callable[[str], bool], candidate: Callable[[str, float], bool]) -> Series:
-    """Per series whose name ``pick`` accepts and which holds a candidate: its batch points in step order."""
-    chosen = [i for i, n in enumerate(cols.names) if pick(n)]
-    if not chosen:
+def _collect(cols: PointColumns, floor_of: Callable[[str], float | None], strict: bool) -> Series:
+    """The batch points, in step order, of each series holding a candidate: a finite value above
+    (``strict``) or at least its name's floor; ``floor_of`` is None for names the rule ignores.
+
+    Found on whole columns, as :func:`monitor.detectors._flagged` does: the points of series
+    without a candidate (nearly all of a healthy run's) never become Python objects.
+    """
+    per_name = [floor_of(n) for n in cols.names]
+    if all(f is None for f in per_name):
         return {}
-    members = np.flatnonzero(np.isin(cols.name_index, chosen))
+    floors = np.array([np.nan if f is None else f for f in per_name])[cols.name_index]
+    value = cols.value
+    picked = ~np.isnan(floors)
+    with np.errstate(invalid="ignore"):
+        above = value > floors if strict else value >= floors
+    candidate = picked & np.isfinite(value) & above
+    if not candidate.any():
+        return {}
+    key = cols.name_index.astype(np.int64) * (MAX_LAYER + 2) + (cols.layer + 1)  # one integer per series
+    members = np.flatnonzero(picked & np.isin(key, np.unique(key[candidate])))
     series: Series = {}
     for p in cols.points(members):
         series.setdefault((p.name, p.layer), []).append((p.step, p.value))
-    out: Series = {}
-    for key, pts in series.items():
-        if any(candidate(key[0], v) for _, v in pts):
-            pts.sort()
-            out[key] = pts
-    return out
+    for pts in series.values():
+        pts.sort()
+    return series
 
 
 def _windows(reader: WindowReader, run_id: int, series: Series, limit: int) -> list[list[tuple[int, float]]]:
@@ -97,13 +108,16 @@ def _limit_of(name: str, th: dict[str, float]) -> float:
     return z_ceiling(th) if base_name(name) == "attention_z" else th["attention_lse_max_limit"]
 
 
+def _ceiling_floor(th: dict[str, float]) -> Callable[[str], float | None]:
+    def floor(name: str) -> float | None:
+        return _limit_of(name, th) if name == "attention_z" or base_name(name) == "attention_lse_max" else None
+
+    return floor
+
+
 def ceilings(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, float]) -> list[NewAlert]:
-    with_heads = {(p.layer, p.step) for p in _head_points(cols)}
-    series = _collect(
-        cols,
-        lambda n: n == "attention_z" or base_name(n) == "attention_lse_max",
-        lambda n, v: math.isfinite(v) and v > _limit_of(n, th),
-    )
+    series = _collect(cols, _ceiling_floor(th), strict=True)
+    with_heads = _head_steps(cols) if any(name == "attention_lse_max" for name, _ in series) else set()
     alerts = []
     for ((name, layer), pts), before in zip(series.items(), _windows(reader, run_id, series, 1)):
         if name == "attention_lse_max" and all((layer, s) in with_heads for s, _ in pts):
@@ -119,11 +133,13 @@ def ceilings(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str
     return alerts
 
 
-def _head_points(cols: PointColumns) -> list[Any]:
-    chosen = [i for i, n in enumerate(cols.names) if n.startswith("attention_lse_max.")]
-    if not chosen:
-        return []
-    return cols.points(np.flatnonzero(np.isin(cols.name_index, chosen)))
+def _head_steps(cols: PointColumns) -> set[tuple[int | None, int]]:
+    """(layer, step) of the batch's per-head points."""
+    codes = [i for i, n in enumerate(cols.names) if is_head(n)]
+    if not codes:
+        return set()
+    at = np.flatnonzero(np.isin(cols.name_index, codes))
+    return {(None if la < 0 else la, s) for la, s in zip(cols.layer[at].tolist(), cols.step[at].tolist())}
 
 
 def _ceiling_message(name: str, layer: int | None, step: int, value: float, limit: float, th: dict[str, float]) -> str:
@@ -146,11 +162,7 @@ def growth(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, 
     n = int(th["growth_window"])
     need = max(2, int(th["growth_min_points"]))
     rise = log_factor(th)
-    series = _collect(
-        cols,
-        lambda name: name in GROWTH_METRICS,
-        lambda name, v: math.isfinite(v) and v >= th[f"{name}_growth_floor"],
-    )
+    series = _collect(cols, lambda name: th[f"{name}_growth_floor"] if name in GROWTH_METRICS else None, strict=False)
     alerts = []
     for ((name, layer), pts), before in zip(series.items(), _windows(reader, run_id, series, n)):
         window = list(before)
@@ -183,7 +195,7 @@ def _growing(window: list[tuple[int, float]], n: int, need: int, rise: float, fl
 
 def sigma_spikes(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, float]) -> list[NewAlert]:
     n = int(th["sigma_spike_window"])
-    series = _collect(cols, lambda name: name in SIGMA_SPIKE_METRICS, lambda name, v: math.isfinite(v))
+    series = _collect(cols, lambda name: -math.inf if name in SIGMA_SPIKE_METRICS else None, strict=False)
     alerts = []
     for ((name, layer), pts), before in zip(series.items(), _windows(reader, run_id, series, n)):
         history = [v for _, v in before]

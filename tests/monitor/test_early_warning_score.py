@@ -14,10 +14,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from ew_score import (
     RunResult,
     departure_step,
+    expert_load_truth,
     final_loss,
+    format_efficiency,
     format_table,
     ground_truth,
     score,
+    score_efficiency,
     totals,
 )
 
@@ -122,3 +125,57 @@ def test_the_twin_is_the_best_of_the_named_healthy_arm_and_departures_are_sustai
     assert not truth["safe-s0"].wrong and truth["safe-s0"].departure is None
     with pytest.raises(ValueError, match="no finite run"):
         ground_truth([_run("a", [math.nan] * STEPS), _run("b", _curve())], {"s/gpt": ["a"]})
+
+
+def _routed(steps: int, per_expert: list[int], layers: int = 2, collapse_from: int | None = None) -> list:
+    """Per step, per layer, tokens per expert: ``per_expert`` until ``collapse_from``, then all on expert 0."""
+    total = sum(per_expert)
+    out = []
+    for i in range(steps):
+        load = per_expert if collapse_from is None or i < collapse_from else [total] + [0] * (len(per_expert) - 1)
+        out.append([list(load) for _ in range(layers)])
+    return out
+
+
+def test_expert_load_truth_reads_the_tail_of_the_routed_counts() -> None:
+    even = expert_load_truth(_routed(100, [10, 10, 10, 10]))
+    assert (even.busiest_share, even.busiest_vs_fair, even.dead_experts, even.wrong) == (0.25, 1.0, 0, False)
+    # the last 10% of the steps are summed: a collapse over the whole tail starves three experts ...
+    tail = expert_load_truth(_routed(100, [10, 10, 10, 10], collapse_from=90))
+    assert (tail.dead_experts, tail.busiest_vs_fair, tail.wrong) == (3, 4.0, True)
+    # ... one over half of it feeds them in the other half: the busiest got (5 x 10 + 5 x 40) / 400 of the tokens
+    half = expert_load_truth(_routed(100, [10, 10, 10, 10], collapse_from=95))
+    assert (half.dead_experts, half.busiest_share, half.wrong) == (0, 0.625, True)
+    # skewed but every expert fed: wrong only past the limit (busiest vs its fair share)
+    skew = _routed(10, [25, 5, 5, 5])
+    assert expert_load_truth(skew, limit=2.0).wrong and not expert_load_truth(skew, limit=3.0).wrong
+    assert expert_load_truth(skew).busiest_vs_fair == pytest.approx(2.5)
+    # the worst layer decides
+    one_bad = [[[10, 10, 10, 10], [40, 0, 0, 0]] for _ in range(10)]
+    assert expert_load_truth(one_bad).dead_experts == 3
+    with pytest.raises(ValueError, match="no routed counts"):
+        expert_load_truth([])
+    with pytest.raises(ValueError, match="layer 0 routed no token"):
+        expert_load_truth([[[0, 0]]])
+
+
+def test_efficiency_rows_judge_maxvio_alarms_by_the_load() -> None:
+    truth = {
+        "collapsed": expert_load_truth(_routed(100, [10, 10, 10, 10], collapse_from=20)),
+        "collapsed-unwarned": expert_load_truth(_routed(100, [10, 10, 10, 10], collapse_from=50)),
+        "even-alarmed": expert_load_truth(_routed(100, [10, 10, 10, 10])),
+        "even": expert_load_truth(_routed(100, [10, 11, 9, 10])),
+    }
+    first = {
+        "collapsed": {"service": 20, "prometheus": 40},
+        "collapsed-unwarned": {"service": None, "prometheus": None},
+        "even-alarmed": {"service": 8, "prometheus": None},
+        "even": {"service": None, "prometheus": None},
+    }
+    rows = score_efficiency(first, truth, dict.fromkeys(first, 100), ("service", "prometheus"))
+    svc, prom = rows
+    assert (svc["load_wrong"], svc["warned"], svc["missed"], svc["within_25pct"]) == (2, 1, 1, 1)
+    assert (svc["load_even"], svc["false_alarms"], svc["median_lead_frac"]) == (2, 1, 0.2)
+    assert (prom["warned"], prom["within_25pct"], prom["false_alarms"], prom["median_lead_frac"]) == (1, 0, 0, 0.4)
+    text = format_efficiency(rows)
+    assert "load wrong" in text and "expert load (MaxVio)" in text and text.count("\n") == 3

@@ -32,6 +32,8 @@ def blown(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                         hot = (layer, head) in ((1, 2), (3, 0))
                         v = 1.2 * LIMIT * math.exp(0.05 * step) if hot else 8.0
                         pts.append({"name": f"attention_lse_max.h{head}", "layer": layer, "step": step, "value": v})
+                    top = max(p["value"] for p in pts[-4:])  # type: ignore[type-var]
+                    pts.append({"name": "attention_lse_max", "layer": layer, "step": step, "value": top})
                 body = {"batch_id": uuid.uuid4().hex, "run": "blowup", "points": pts}
                 c.post("/api/v1/points", json=body).raise_for_status()
             lv.ids["incidents"] = c.get("/api/v1/incidents").json()
@@ -61,4 +63,10 @@ def test_one_row_per_incident_expands_to_heads_steps_and_remedies(blown: Live, b
     screenshot(browser, artifacts / "alerts-incident.png")
     rows[i].find_element("css selector", "button.expand").click()  # and it folds again
     wait_for(browser, lambda d: not d.find_elements("css selector", "tr.incident-detail"))
+    assert console_errors(browser) == []
+    # the step link opens the run page, where the heads are drawn as their layer's max, not one chart each
+    browser.get(steps[0])
+    wait_ready(browser)
+    ids = browser.execute_script("return Array.from(document.querySelectorAll('[id^=fig-]')).map(e => e.id)")
+    assert "fig-attention_lse_max" in ids and not [i for i in ids if i.startswith("fig-attention_lse_max.h")]
     assert console_errors(browser) == []

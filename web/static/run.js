@@ -23,7 +23,8 @@
   let stream = null;
 
   function order(all) {
-    const rest = all.filter((n) => !FIRST.includes(n) && n !== "val_loss" && n !== "tokens").sort();
+    // per-head ceilings (attention_lse_max.h<k>) are drawn as their layer's max (attention_lse_max), not one chart each
+    const rest = all.filter((n) => !FIRST.includes(n) && n !== "val_loss" && n !== "tokens" && !/^attention_lse_max\.h\d+$/.test(n)).sort();
     return FIRST.filter((n) => all.includes(n)).concat(rest);
   }
 
