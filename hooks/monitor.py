@@ -34,6 +34,7 @@ from torch import nn
 from hyperwatch.hooks import indicators
 from hyperwatch.hooks.accumulate import GRAD_NORM, LOSS, LOSS_N, Accumulator, LayerValues
 from hyperwatch.hooks.adapters import LayerSpec, ModelPlan
+from hyperwatch.hooks.checks import Scalar, check_int, check_scalar, scalar_tensor
 from hyperwatch.hooks.describe import BudgetFromSteps
 from hyperwatch.hooks.discovery import DiscoveryProbe, refine
 from hyperwatch.hooks.mha import MhaProbe
@@ -54,36 +55,6 @@ from hyperwatch.hooks.weights import WeightTracker
 
 log = logging.getLogger(__name__)
 
-Scalar = float | int | torch.Tensor
-
-
-def _check_int(value: Any, field: str, lo: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ValueError(f"{field}: must be an integer >= {lo}, got {value!r}")
-    return value
-
-
-def _check_scalar(value: Scalar | None, field: str) -> None:
-    if value is None:
-        return
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"{field}: must be a scalar; got a tensor of shape {tuple(value.shape)}")
-    elif isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{field}: must be a number or a scalar tensor, got {type(value).__name__}")
-
-
-def _scalar_tensor(value: Scalar | None, field: str, device: torch.device) -> torch.Tensor | None:
-    if value is None:
-        return None
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"{field}: must be a scalar; got a tensor of shape {tuple(value.shape)}")
-        return value.detach().reshape(()).to(device=device, dtype=torch.float64)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{field}: must be a number or a scalar tensor, got {type(value).__name__}")
-    return torch.tensor(float(value), dtype=torch.float64, device=device)
-
 
 class Monitor:
     """Hooks on one model, feeding one sink. Build it with :func:`hooks.attach`."""
@@ -101,7 +72,7 @@ class Monitor:
         auto_grad_norm: bool = True,
         close_timeout: float = 5.0,
     ) -> None:
-        self.every = _check_int(every, "every", 1)
+        self.every = check_int(every, "every", 1)
         self.close_timeout = close_timeout
         self.model = model
         self.plan = plan
@@ -273,9 +244,9 @@ class Monitor:
         """End of optimizer step ``step``: emit it if it was a logged step, arm the next logged one."""
         if self.closed:
             raise RuntimeError("Monitor.step: the monitor is closed; attach a new one")
-        _check_int(step, "step")
+        check_int(step, "step")
         if tokens is not None:
-            _check_int(tokens, "tokens")
+            check_int(tokens, "tokens")
         if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float))):
             raise ValueError(f"lr: must be a number, got {type(lr).__name__}")
         if self.gate.armed:
@@ -296,17 +267,17 @@ class Monitor:
         Names must be registered in :data:`hooks.schema.METRICS` (or start with ``user.``).
         Sent with the next batch (or at ``flush``/``close``), never reduced across ranks.
         """
-        _check_int(step, "step")
+        check_int(step, "step")
         if tokens is not None:
-            _check_int(tokens, "tokens")
+            check_int(tokens, "tokens")
         if layer is not None:
-            _check_int(layer, "layer")
+            check_int(layer, "layer")
         if not isinstance(values, dict):
             raise ValueError("values: must be a dict of metric name -> number")
         points = []
         for name, value in values.items():
             validate_name(name, f"values[{name!r}]")
-            t = _scalar_tensor(value, f"values[{name!r}]", torch.device("cpu"))
+            t = scalar_tensor(value, f"values[{name!r}]", torch.device("cpu"))
             assert t is not None
             points.append(Point(name=name, step=step, value=float(t), layer=layer, tokens=tokens))
         if self.sink is not None:
@@ -399,8 +370,8 @@ class Monitor:
         self, step: int, loss: Scalar | None, lr: float | None, tokens: int | None, grad_norm: Scalar | None
     ) -> None:
         acc = self.acc
-        _check_scalar(loss, "loss")
-        _check_scalar(grad_norm, "grad_norm")
+        check_scalar(loss, "loss")
+        check_scalar(grad_norm, "grad_norm")
         if loss is not None:
             acc.record_loss(loss)
         reduced = acc.pack()
