@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection, Engine
 from hyperwatch.hooks.schema import head_of
 from hyperwatch.monitor.store.engine import managed
 from hyperwatch.monitor.store.entities import NewAlert
-from hyperwatch.monitor.store.models import IncidentRow, ProjectRow, RunRow
+from hyperwatch.monitor.store.models import IncidentRow, run_scoped
 from hyperwatch.monitor.store.points import api_layer, as_utc, from_sql_value, now_utc, to_sql_value
 
 EPISODE_GAP_STEPS = 1000
@@ -218,22 +218,7 @@ class IncidentsMixin:
     ) -> list[Incident]:
         """Incidents, the most recently active first."""
         i = IncidentRow
-        q = (
-            select(i.__table__, RunRow.name.label("run_name"), ProjectRow.name.label("project_name"))
-            .join(RunRow, RunRow.id == i.run_id)
-            .join(ProjectRow, ProjectRow.id == RunRow.project_id)
-        )
-        conds = []
-        if run_id is not None:
-            conds.append(i.run_id == run_id)
-        if project is not None:
-            conds.append(ProjectRow.name == project)
-        if group_id is not None:
-            conds.append(RunRow.group_id == group_id)
-        if rule is not None:
-            conds.append(i.rule == rule)
-        if conds:
-            q = q.where(and_(*conds))
+        q = run_scoped(i, run_id, project, group_id, rule)
         q = q.order_by(i.updated_at.desc(), i.id.desc()).limit(limit).offset(offset)
         with managed(self.engine, "list incidents") as conn:
             return [_incident(r) for r in conn.execute(q)]

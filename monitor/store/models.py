@@ -63,6 +63,7 @@ carry a count of their NaN/Inf points and a partial index over the ones that hav
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -76,10 +77,13 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
+    Select,
     SmallInteger,
     String,
     Text,
     UniqueConstraint,
+    and_,
+    select,
     text,
 )
 from sqlalchemy.dialects import postgresql
@@ -347,3 +351,30 @@ class IncidentRow(Base):
     message: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+def run_scoped(
+    row: type[AlertEventRow] | type[IncidentRow],
+    run_id: int | None,
+    project: str | None,
+    group_id: int | None,
+    rule: str | None,
+) -> Select[Any]:
+    """Rows of an alert-like table with their run's and project's names (``run_name``,
+    ``project_name``), filtered by whichever of run, project, group and rule are given."""
+    q = (
+        select(row.__table__, RunRow.name.label("run_name"), ProjectRow.name.label("project_name"))
+        .join(RunRow, RunRow.id == row.run_id)
+        .join(ProjectRow, ProjectRow.id == RunRow.project_id)
+    )
+    conds = [
+        c
+        for given, c in (
+            (run_id, row.run_id == run_id),
+            (project, ProjectRow.name == project),
+            (group_id, RunRow.group_id == group_id),
+            (rule, row.rule == rule),
+        )
+        if given is not None
+    ]
+    return q.where(and_(*conds)) if conds else q

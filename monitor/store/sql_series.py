@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, select
+from sqlalchemy import select
 from sqlalchemy.engine import Connection, Engine
 
 from hyperwatch.hooks.columns import PointColumns
@@ -29,7 +29,14 @@ from hyperwatch.monitor.store.entities import (
 )
 from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.ingest import Duplicate, LatestSteps, lock_run, new_token, store_points
-from hyperwatch.monitor.store.models import AlertEventRow, MetricNameRow, ProjectRow, RunRow, SeriesLatestRow
+from hyperwatch.monitor.store.models import (
+    AlertEventRow,
+    MetricNameRow,
+    ProjectRow,
+    RunRow,
+    SeriesLatestRow,
+    run_scoped,
+)
 from hyperwatch.monitor.store.names import check_name_count
 from hyperwatch.monitor.store.points import (
     SortedBatch,
@@ -285,22 +292,7 @@ class SeriesMixin:
         offset: int = 0,
     ) -> list[Alert]:
         a = AlertEventRow
-        q = (
-            select(a.__table__, RunRow.name.label("run_name"), ProjectRow.name.label("project_name"))
-            .join(RunRow, RunRow.id == a.run_id)
-            .join(ProjectRow, ProjectRow.id == RunRow.project_id)
-        )
-        conds = []
-        if run_id is not None:
-            conds.append(a.run_id == run_id)
-        if project is not None:
-            conds.append(ProjectRow.name == project)
-        if group_id is not None:
-            conds.append(RunRow.group_id == group_id)
-        if rule is not None:
-            conds.append(a.rule == rule)
-        if conds:
-            q = q.where(and_(*conds))
+        q = run_scoped(a, run_id, project, group_id, rule)
         q = q.order_by(a.id.desc()).limit(limit).offset(offset)
         with managed(self.engine, "list alerts") as conn:
             return [
