@@ -166,7 +166,7 @@ def test_efficiency_rows_judge_maxvio_alarms_by_the_load() -> None:
         "even-alarmed": expert_load_truth(_routed(100, [10, 10, 10, 10])),
         "even": expert_load_truth(_routed(100, [10, 11, 9, 10])),
     }
-    first = {
+    first: dict[str, dict[str, int | None]] = {
         "collapsed": {"service": 20, "prometheus": 40},
         "collapsed-unwarned": {"service": None, "prometheus": None},
         "even-alarmed": {"service": 8, "prometheus": None},
