@@ -17,8 +17,9 @@ Rules (thresholds per group, see :class:`monitor.schemas.Thresholds`):
   deviation is 1.4826 x MAD (a standard deviation for Gaussian noise, unmoved by earlier spikes).
   No verdict before ``spike_min_points`` points of history.
 - ``nan_loss``: loss or val_loss is NaN or +-Inf. ``nonfinite_value``: any other metric is.
-- ``max_vio_collapse``: an MoE layer's MaxVio above ``max_vio_limit`` (the busiest expert gets more
-  than (1 + limit) x its fair share: routing is collapsing onto few experts).
+- ``max_vio_collapse``: an MoE layer's MaxVio above ``max_vio_limit`` on ``max_vio_persist``
+  consecutive logged points (the busiest expert gets more than (1 + limit) x its fair share, and
+  stays there: routing is collapsing onto few experts).
 """
 
 from __future__ import annotations
@@ -105,12 +106,10 @@ def _flagged(cols: PointColumns, th: dict[str, float]) -> tuple[list[Point], dic
     never a spike, but a candidate's series needs all of its points (they slide its window).
     Everything else (nearly every point of a healthy run) never becomes a Python object here.
     """
-    bases = [base_name(n) for n in cols.names]
     code = cols.name_index
     value = cols.value
     finite = np.isfinite(value)
-    is_max_vio = np.array([b == "max_vio" for b in bases], dtype=bool)[code]
-    alarming = ~finite | (is_max_vio & (value > th["max_vio_limit"]))
+    alarming = ~finite
     floors = np.array([th.get(f"{n}_min", np.inf) if n in SPIKE_METRICS else np.nan for n in cols.names])[code]
     spiky = ~np.isnan(floors)
     candidate = spiky & finite & (value >= floors)
@@ -159,20 +158,6 @@ def detect(
                     f"{p.name}{where} is {encode_value(p.value)} at step {p.step}",
                 )
             )
-        elif base == "max_vio" and p.value > th["max_vio_limit"]:
-            alerts.append(
-                NewAlert(
-                    "max_vio_collapse",
-                    "warning",
-                    p.name,
-                    p.layer,
-                    p.step,
-                    p.value,
-                    th["max_vio_limit"],
-                    f"MaxVio of layer {p.layer} is {p.value:.3g} at step {p.step} (limit "
-                    f"{th['max_vio_limit']:.3g}): routing is collapsing onto few experts",
-                )
-            )
     window = int(th["spike_window"])
     # only series with a candidate need their stored window (one read for all of them)
     for pts in candidates.values():
@@ -205,7 +190,50 @@ def detect(
             history.append(p.value)
             if math.isfinite(p.value):
                 insort(ordered, p.value)
+    alerts += _max_vio_alerts(store, run_id, cols, th)
     alerts += detect_trends(store, run_id, cols, th)
+    return alerts
+
+
+def _max_vio_alerts(
+    store: Store | WindowReader, run_id: int, cols: PointColumns, th: dict[str, float]
+) -> list[NewAlert]:
+    """``max_vio_collapse``: each point of a layer's MaxVio above the limit that ends a run of
+    ``max_vio_persist`` consecutive logged points above it (the earlier ones read from the store)."""
+    limit, persist = th["max_vio_limit"], max(1, int(th["max_vio_persist"]))
+    is_max_vio = np.array([base_name(n) == "max_vio" for n in cols.names], dtype=bool)[cols.name_index]
+    over = is_max_vio & np.isfinite(cols.value) & (cols.value > limit)
+    if not over.any():
+        return []
+    key = cols.name_index.astype(np.int64) * (MAX_LAYER + 2) + (cols.layer + 1)  # one integer per (name, layer)
+    series: dict[tuple[str, int | None], list[Point]] = {}
+    for p in cols.points(np.flatnonzero(is_max_vio & np.isin(key, np.unique(key[over])))):
+        series.setdefault((p.name, p.layer), []).append(p)
+    for pts in series.values():
+        pts.sort(key=lambda q: q.step)
+    keys = [(name, layer, pts[0].step) for (name, layer), pts in series.items()]
+    before = store.trailing_windows(run_id, keys, persist - 1) if persist > 1 else [[] for _ in keys]
+    alerts: list[NewAlert] = []
+    for ((name, layer), pts), earlier in zip(series.items(), before):
+        streak = 0
+        for v in earlier:
+            streak = streak + 1 if math.isfinite(v) and v > limit else 0
+        for p in pts:
+            streak = streak + 1 if math.isfinite(p.value) and p.value > limit else 0
+            if streak >= persist:
+                alerts.append(
+                    NewAlert(
+                        "max_vio_collapse",
+                        "warning",
+                        name,
+                        layer,
+                        p.step,
+                        p.value,
+                        limit,
+                        f"MaxVio of layer {layer} is {p.value:.3g} at step {p.step}, above {limit:.3g} on "
+                        f"{streak} logged points in a row: routing is collapsing onto few experts",
+                    )
+                )
     return alerts
 
 

@@ -268,6 +268,9 @@ class Thresholds(Strict):
     max_vio_limit: float | None = Field(
         default=None, gt=0, allow_inf_nan=False, description="MaxVio above this is a collapse"
     )
+    max_vio_persist: int | None = Field(
+        default=None, ge=1, le=1000, description="consecutive logged points of a layer above max_vio_limit"
+    )
     # the trend rules (monitor/detect/defaults.py, issue 21)
     attention_lse_max_limit: float | None = Field(
         default=None, gt=0, allow_inf_nan=False, description="logit ceiling of a head's max attention LSE"

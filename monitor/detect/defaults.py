@@ -17,6 +17,10 @@ Provisional values (issue 21), to be calibrated on ``bench/early_warning.py``'s 
 - loss / grad-norm spikes (OLMo-core): above the mean + ``sigma_spike_multiple`` standard deviations
   of the trailing ``sigma_spike_window`` values, and above the mean by ``sigma_spike_min_relative`` x
   |mean| (a flat series has no deviation to speak of).
+- ``max_vio_collapse``: a layer's MaxVio above ``max_vio_limit`` on ``max_vio_persist`` consecutive
+  logged points (an efficiency guard, judged by expert load: a single point over the limit fired on
+  healthy and gated runs whose load stayed even; 3 points kept both collapses of the benchmark at
+  step 12 of 200 with no false alarm; Prometheus: ``for: 2m`` at one scrape per logged step).
 - ``z_spike`` (the older rule): a jump over the trailing median by robust deviations.
 """
 
@@ -33,8 +37,9 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "spike_min_relative": 0.5,
     "attention_z_min": 100.0,
     "router_z_min": 50.0,
-    # max_vio_collapse
+    # max_vio_collapse: above the limit on this many consecutive logged points of a layer
     "max_vio_limit": 2.0,
+    "max_vio_persist": 3,
     # logit_ceiling: per-head max LSE (and attention_z above its square)
     "attention_lse_max_limit": 50.0,
     # z_growth: sustained climb of ln(value) over a window of logged points

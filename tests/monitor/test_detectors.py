@@ -66,10 +66,15 @@ def test_thresholds_per_group(client: TestClient) -> None:
     post_points(client, "grouped", _z_points([150.0 + (i % 5) for i in range(30)]))
     out = post_points(client, "grouped", _z_points([900.0], start=30))
     assert out["alerts"] == 0  # 900 is below this group's minimum of 1000
-    out = post_points(client, "grouped", [{"name": "max_vio", "layer": 1, "step": 31, "value": 0.8}])
-    assert out["alerts"] == 1  # above this group's MaxVio limit of 0.5 (default 2.0)
+    # above this group's MaxVio limit of 0.5 (default 2.0) on 3 logged points in a row (max_vio_persist),
+    # the earlier ones read back from the store: one point over, a dip, then three over
+    for step, v, alerts in ((31, 0.8, 0), (32, 0.4, 0), (33, 0.9, 0), (34, 0.6, 0), (35, 0.7, 1)):
+        out = post_points(client, "grouped", [{"name": "max_vio", "layer": 1, "step": step, "value": v}])
+        assert out["alerts"] == alerts, step
     alert = client.get("/api/v1/alerts", params={"rule": "max_vio_collapse"}).json()[0]
-    assert alert["layer"] == 1 and math.isclose(alert["value"], 0.8)
+    assert alert["layer"] == 1 and alert["step"] == 35 and math.isclose(alert["value"], 0.7)
+    many = [{"name": "max_vio", "layer": 0, "step": s, "value": 0.8} for s in range(40, 44)]  # one batch
+    assert post_points(client, "grouped", many)["alerts"] == 2  # steps 42 and 43 end runs of >= 3
     bad = client.post("/api/v1/groups", json={"name": "x", "thresholds": {"spike_windw": 3}}, headers=AUTH)
     assert bad.status_code == 422 and "spike_windw" in bad.json()["message"]
 
