@@ -1,7 +1,7 @@
 """The live read: what an open page lacks since it last drew, and nothing it already has.
 
 A page draws a run once (the whole series, downsampled by :mod:`monitor.views`), remembers the
-last step it was read up to (its *cursor*) and then asks :func:`live_delta` for the points after
+last step it was read up to (its *cursor*) and then asks :func:`run_delta` for the points after
 it. The delta is read with the same rules as the first read, so a live page and a reloaded page
 draw the same numbers:
 
@@ -11,8 +11,9 @@ draw the same numbers:
 - a run-level metric or one layer is min/max-downsampled by the store, NaN/Inf points always kept;
 - the heatmap's new columns are the layers' max per bucket (``store.layer_matrix``).
 
-Nothing here runs on the ingest path: the stream route polls the runs' ``last_step`` (one primary
-key read per run) and calls :func:`live_delta` only for runs that moved.
+Nothing here runs on the ingest path: the stream route waits on :mod:`monitor.live_notify` (the
+points route sets an event per stored batch; a slow fallback read covers other replicas), reads the
+runs' ``last_step`` (one primary key read per run) and builds a delta only for runs that moved.
 """
 
 from __future__ import annotations
