@@ -6,8 +6,8 @@ thread per run, each logging a step every ``1/--rate`` s. Three phases of ``--se
 after the other in one invocation:
 
 1. no page open: the service's CPU (user + system time of its process / wall time);
-2. one run page open in headless Chromium (``/runs/{id}`` of the first run, live; ``--page group``: the
-   scale page of the 8 runs, which asks at most every 0.5 s): the service's CPU
+2. one run page open in headless Chromium (``/runs/{id}`` of the first run, live, which asks at most
+   every 0.4 s; ``--page group``: the scale page of the 8 runs, at most every 0.5 s): the service's CPU
    again, and for each step of that run posted meanwhile, the time from the POST being sent to the
    page's first paint that shows it (the page logs ``[run, step, epoch ms]`` two animation frames
    after drawing a live answer: ``window.hwLiveLog``); p50 / p95 / max;

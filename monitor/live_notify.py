@@ -27,16 +27,24 @@ class LiveNews:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._count: dict[int, int] = {}
+        self._alerts: dict[int, int] = {}
         self._waiters: dict[int, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
 
     def count(self, run_id: int) -> int:
         """How many batches of ``run_id`` this process has announced (0 if none)."""
         return self._count.get(run_id, 0)
 
-    def bump(self, run_id: int) -> None:
-        """A batch of ``run_id`` is committed: wake the requests waiting on it (from any thread)."""
+    def alerts(self, run_id: int) -> int:
+        """How many alert events of ``run_id``'s batches this process has announced (0 if none)."""
+        return self._alerts.get(run_id, 0)
+
+    def bump(self, run_id: int, alerts: int = 0) -> None:
+        """A batch of ``run_id`` that raised ``alerts`` alert events is committed: wake the requests
+        waiting on it (from any thread)."""
         with self._lock:
             self._count[run_id] = self._count.get(run_id, 0) + 1
+            if alerts:
+                self._alerts[run_id] = self._alerts.get(run_id, 0) + alerts
             waiting = list(self._waiters.get(run_id, ()))
         if not waiting:
             return

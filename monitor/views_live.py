@@ -1,7 +1,7 @@
 """The live read: what an open page lacks since it last drew, and nothing it already has.
 
 A page draws a run once (the whole series, downsampled by :mod:`monitor.views`), remembers the
-last step it was read up to (its *cursor*) and then asks :func:`live_delta` for the points after
+last step it was read up to (its *cursor*) and then asks :func:`run_delta` for the points after
 it. The delta is read with the same rules as the first read, so a live page and a reloaded page
 draw the same numbers:
 
@@ -11,8 +11,9 @@ draw the same numbers:
 - a run-level metric or one layer is min/max-downsampled by the store, NaN/Inf points always kept;
 - the heatmap's new columns are the layers' max per bucket (``store.layer_matrix``).
 
-Nothing here runs on the ingest path: the stream route polls the runs' ``last_step`` (one primary
-key read per run) and calls :func:`live_delta` only for runs that moved.
+Nothing here runs on the ingest path: the stream route waits on :mod:`monitor.live_notify` (the
+points route sets an event per stored batch; a slow fallback read covers other replicas), reads the
+runs' ``last_step`` (one primary key read per run) and builds a delta only for runs that moved.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 from hyperwatch.hooks.schema import encode_value
 from hyperwatch.monitor.analysis import jsonable
+from hyperwatch.monitor.live_notify import FALLBACK_S, news
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import Alert, Run, SeriesInfo
 from hyperwatch.monitor.views import TokenMap, XAxis, XAxisError, is_stale, x_values
@@ -101,6 +103,36 @@ class _RecentIndex:
 
 
 _index = _RecentIndex()
+
+
+class _RecentAlerts:
+    """``store.list_alerts(run_id=...)`` kept while this process announces no new alert event of the run
+    (:mod:`monitor.live_notify`), for at most :data:`FALLBACK_S` s (alerts stored by another replica or
+    delivered by Alertmanager): a live page asks for them with every answer, and they rarely change."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self.items: weakref.WeakKeyDictionary[Store, dict[tuple[int, int], tuple[float, int, list[Alert]]]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.lock = threading.Lock()
+
+    def get(self, store: Store, run_id: int, limit: int) -> list[Alert]:
+        now, announced = time.monotonic(), news.alerts(run_id)
+        with self.lock:
+            hit = self.items.get(store, {}).get((run_id, limit))
+        if hit is not None and hit[1] == announced and now - hit[0] < FALLBACK_S:
+            return hit[2]
+        found = store.list_alerts(run_id=run_id, limit=limit)
+        with self.lock:
+            runs = self.items.setdefault(store, {})
+            if len(runs) >= self.size:
+                runs.pop(next(iter(runs)))
+            runs[(run_id, limit)] = (now, announced, found)
+        return found
+
+
+_alerts = _RecentAlerts()
 
 
 def _buckets(after: int, last: int, every: int) -> int:
@@ -357,9 +389,7 @@ def run_delta(
                 continue
             if found:
                 state["series"][name] = found
-    new = sorted(
-        (a for a in store.list_alerts(run_id=run.id, limit=alert_limit) if a.id > alert_after), key=lambda a: a.id
-    )
+    new = sorted((a for a in _alerts.get(store, run.id, alert_limit) if a.id > alert_after), key=lambda a: a.id)
     for a in new:
         view = alert_view(a)
         try:

@@ -163,8 +163,8 @@ def test_news_wakes_a_waiter_from_another_thread() -> None:
 
     assert asyncio.run(waiter()) is True
     assert news.count(8) == 1 and news._waiters == {}  # the waiter left no trace
-    news.bump(9)
-    assert news.count(9) == 1 and news.count(7) == 0
+    news.bump(9, alerts=2)
+    assert news.count(9) == 1 and news.alerts(9) == 2 and news.count(7) == 0 and news.alerts(8) == 0
     assert asyncio.run(news.wait_any([7], timeout=0)) is False  # nothing announced for 7: the timeout
 
 

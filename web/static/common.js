@@ -344,7 +344,7 @@ const HW = (() => {
           const body = await api("/api/v1/live", Object.assign({ wait: 10 }, p));
           if (stopped) break;
           await onNews(body, p);
-          /* pages of many runs gather the news of gapMs into one answer (8 runs logging twice a second
+          /* the news of gapMs gather into one answer (8 runs logging twice a second
              would otherwise be 16 answers a second) */
           const rest = (gapMs || 0) - (performance.now() - asked);
           if (rest > 0) await new Promise((r) => setTimeout(r, rest));

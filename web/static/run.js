@@ -167,7 +167,8 @@
     names.forEach(section);
     await drawAll();
     if (!names.length) cursor = -1;
-    if (!stream && query.get("live") !== "0") stream = HW.live(liveParams, onNews);
+    /* at most one answer per 0.4 s: a run logging faster than that is drawn a few steps at a time */
+    if (!stream && query.get("live") !== "0") stream = HW.live(liveParams, onNews, 400);
   }
 
   document.addEventListener("DOMContentLoaded", () => {

@@ -79,37 +79,30 @@ async def live(
             return read.group(group_id)[1][:MAX_GROUP_RUNS]
         return [read.run(rid) for rid in cursors]
 
-    deadline = time.monotonic() + wait
-    while True:
-        runs = await anyio.to_thread.run_sync(read_runs)
-        added = [r.id for r in runs if r.id not in cursors]
-        moved = [r for r in runs if r.id in cursors and cursors[r.id].moved(r)]
-        left = deadline - time.monotonic()
-        if moved or added or left <= 0 or await request.is_disconnected():
-            break
-        # woken by a batch of one of these runs stored here, else re-read after FALLBACK_S (other
-        # replicas, status changes); nothing is read while neither happens
-        await news.wait_any([r.id for r in runs], min(left, FALLBACK_S))
-
-    def build() -> bytes:
-        out = []
-        for run in runs:
-            if run.id not in cursors:
-                continue
-            out.append(
-                run_delta(
-                    store,
-                    run,
-                    cursors[run.id],
-                    name,
-                    modes,
-                    every,
-                    x,
-                    alert_after,
-                    settings.stale_after_s,
-                    settings.max_page_size,
-                )
-            )
+    def build(runs: list[Run], added: list[int]) -> bytes:
+        out = [
+            run_delta(store, run, cursors[run.id], name, modes, every, x, alert_after, settings.stale_after_s,
+                      settings.max_page_size)
+            for run in runs
+            if run.id in cursors
+        ]  # fmt: skip
         return to_json({"runs": out, "added": added})
 
-    return Response(await anyio.to_thread.run_sync(build), media_type="application/json")
+    def attempt(last: bool) -> tuple[bytes | None, list[int]]:
+        """One trip to a worker thread: the runs read, and the answer if there is news (or ``last``)."""
+        runs = read_runs()
+        added = [r.id for r in runs if r.id not in cursors]
+        if last or added or any(cursors[r.id].moved(r) for r in runs if r.id in cursors):
+            return build(runs, added), []
+        return None, [r.id for r in runs]
+
+    deadline = time.monotonic() + wait
+    while True:
+        body, ids = await anyio.to_thread.run_sync(attempt, time.monotonic() >= deadline)
+        if body is not None:
+            return Response(body, media_type="application/json")
+        if await request.is_disconnected():
+            return Response(status_code=204)  # nobody reads it
+        # woken by a batch of one of these runs stored here, else read again after FALLBACK_S (other
+        # replicas, status changes); nothing is read while neither happens
+        await news.wait_any(ids, max(0.0, min(deadline - time.monotonic(), FALLBACK_S)))

@@ -92,7 +92,7 @@ async def ingest(
     run_id, result = await run_in_threadpool(_store_batch, store, project, batch, watches)
     (_DUPLICATE if result.duplicate else _STORED).inc()
     if not result.duplicate:
-        news.bump(run_id)  # committed: wake the live pages waiting on this run (sets events, nothing more)
+        news.bump(run_id, len(result.alerts))  # committed: wake the live pages waiting on it (sets events)
         POINTS_INGESTED.inc(result.accepted)
         for alert in result.alerts:
             ALERTS_RAISED.labels(alert.rule).inc()
