@@ -49,7 +49,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "attention_z_growth_floor": 50.0,
     "attention_lse_max_growth_floor": 10.0,
     "output_z_growth_floor": 150.0,
-    "router_z_growth_floor": 10.0,
+    "router_z_growth_floor": 100.0,
     # loss_spike, grad_norm_spike: mean + k sigma of the trailing window
     "sigma_spike_window": 128,
     "sigma_spike_min_points": 16,

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection, Engine
 
 from hyperwatch.hooks.columns import PointColumns
@@ -56,6 +56,15 @@ _ALERT_ROWS = 1000  # rows per INSERT: 11 values each stays under SQLite's 32,76
 
 def _alert_key(a: NewAlert) -> tuple[str, str, int, int]:
     return (a.rule, a.name, sql_layer(a.layer), a.step)
+
+
+_SERIES_OF_RUN = (
+    select(MetricNameRow.name, SeriesLatestRow.layer, SeriesLatestRow.step, SeriesLatestRow.value)
+    .join(MetricNameRow, MetricNameRow.id == SeriesLatestRow.name_id)
+    .where(SeriesLatestRow.run_id == bindparam("run_id"))
+    .order_by(MetricNameRow.name, SeriesLatestRow.layer)
+)
+"""A run's latest value of each series, built once (the live pages ask for it on every logged step)."""
 
 
 class _ConnWindows:
@@ -202,13 +211,8 @@ class SeriesMixin:
     def list_series(self, run_id: int) -> list[SeriesInfo]:
         with managed(self.engine, f"list series of run {run_id}") as conn:
             self._get_run(conn, run_id)
-            q = (
-                select(MetricNameRow.name, SeriesLatestRow.layer, SeriesLatestRow.step, SeriesLatestRow.value)
-                .join(MetricNameRow, MetricNameRow.id == SeriesLatestRow.name_id)
-                .where(SeriesLatestRow.run_id == run_id)
-                .order_by(MetricNameRow.name, SeriesLatestRow.layer)
-            )
-            return [SeriesInfo(n, api_layer(la), s, from_sql_value(v)) for n, la, s, v in conn.execute(q)]
+            rows = conn.execute(_SERIES_OF_RUN, {"run_id": run_id})
+            return [SeriesInfo(n, api_layer(la), s, from_sql_value(v)) for n, la, s, v in rows]
 
     def trailing_points(
         self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
