@@ -34,6 +34,8 @@ def test_ids_beyond_the_integer_range_are_unknown(client: TestClient, value: int
     assert r.status_code == 404, r.text
     assert client.get("/api/v1/runs/2147483647").status_code == 404  # the largest id: an ordinary miss
     assert client.get("/api/v1/runs/x").status_code == 422  # not a number: the route's own validation
+    for odd in ("\u00b2", "\u0663", "1\u00b2"):  # "²" passes str.isdigit(), "٣" int(): neither is an id here
+        assert client.get(f"/api/v1/runs/{odd}/series").status_code == 422, odd
 
 
 def test_a_newer_schema_is_told_the_service_is_older(store: SqlStore) -> None:
