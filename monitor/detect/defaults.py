@@ -4,12 +4,13 @@ A group overrides any of them (``PATCH /api/v1/groups/{id}`` with ``thresholds``
 :class:`monitor.schemas.Thresholds`); :func:`thresholds_for` merges a group's over these. The
 Prometheus rules (prometheus/rules.yml) repeat the same numbers: change both together.
 
-Provisional values (issue 21), to be calibrated on ``bench/early_warning.py``'s table:
+Values calibrated on ``bench/early_warning.py``'s table (README "Alerts"):
 
-- ``attention_lse_max_limit`` 50 (QK-clip in Kimi K2 bounds the max logit at 100; 50 from bench/early_warning.py). A head's max
-  LSE over queries bounds its max logit: ``max logit >= attention_lse_max - log T``. Attention Z
-  is a mean of LSE^2 over rows, so ``attention_z > limit^2`` means some row's LSE is above the
-  limit: the same ceiling for sources that send no per-head values. No history needed.
+- ``attention_lse_max_limit`` 50 (QK-clip in Kimi K2 bounds the max logit at 100; 50 from the
+  benchmark). A head's max LSE over queries bounds its max logit:
+  ``max logit >= attention_lse_max - log T``. Attention Z is a mean of LSE^2 over rows, so
+  ``attention_z > limit^2`` means some row's LSE is above the limit: the same ceiling for sources
+  that send no per-head values. No history needed.
 - growth: the Theil-Sen slope of ln(value) against the step over the last ``growth_window``
   logged points, times the window's span in steps, is the window's fitted rise; at least
   ln(``growth_factor``) is a sustained climb. Only at or above the metric's ``*_growth_floor``
