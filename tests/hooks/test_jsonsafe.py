@@ -62,5 +62,7 @@ def test_check_is_iterative_and_sanitize_bounded_on_a_hostile_depth() -> None:
 
 def test_run_info_sends_a_repaired_config() -> None:
     info = RunInfo("r1", config={"d": os.fsdecode(b"/caf\xe9"), "eps": math.nan}, fields={"summary": {"x": math.inf}})
-    body = json.dumps(info.to_json(), allow_nan=False)
-    assert json.loads(body) == {"name": "r1", "config": {"d": "/caf\\xe9", "eps": "NaN"}, "summary": {"x": "Infinity"}}
+    body = json.loads(json.dumps(info.to_json(), allow_nan=False))
+    attach_id, resume = body.pop("attach_id"), body.pop("resume")  # the process's identity (issue 24)
+    assert len(attach_id) == 32 and int(attach_id, 16) >= 0 and resume is False
+    assert body == {"name": "r1", "config": {"d": "/caf\\xe9", "eps": "NaN"}, "summary": {"x": "Infinity"}}
