@@ -125,3 +125,25 @@ def test_die_with_parent_runs_the_command_with_the_requested_signal(tmp_path: Pa
     finally:
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_child_started_with_sigint_ignored_gets_its_ctrl_c_back() -> None:
+    """A shell without job control (``nohup cmd &``, a CI runner's background job) starts us with SIGINT
+    ignored, and an ignored signal survives exec: the launched run must still have Python's Ctrl-C
+    handler (its "interrupted" path), and the death signal it asked for must not be ignored."""
+    probe = (
+        "import signal, sys; death = signal.Signals(int(sys.argv[1]));"
+        "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler,"
+        " signal.getsignal(death) in (signal.SIG_DFL, signal.default_int_handler))"
+    )
+
+    def ignoring() -> None:  # what the shell did to us
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        cmd = [sys.executable, "-c", probe, str(int(sig))]
+        plain = subprocess.run(cmd, preexec_fn=ignoring, capture_output=True, text=True)
+        assert plain.stdout.split() == ["False", "False"]  # the inheritance this guards against
+        out = subprocess.run(die_with_parent(cmd, sig), preexec_fn=ignoring, capture_output=True, text=True)
+        assert out.returncode == 0 and out.stdout.split() == ["True", "True"], (sig, out.stderr)
