@@ -160,7 +160,23 @@ class Probe:
             self.handles = []
 
 
-class BranchProbe(Probe):
+class OutputHookProbe(Probe):
+    """A probe that measures one module's output from a forward hook: subclasses define ``_measure``."""
+
+    module: nn.Module
+
+    def register(self) -> list[RemovableHandle]:
+        return [self.module.register_forward_hook(self._hook)]
+
+    def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.live():
+            self.guard(lambda: self._measure(output))
+
+    def _measure(self, output: Any) -> None:
+        raise NotImplementedError
+
+
+class BranchProbe(OutputHookProbe):
     """RMS and 5-sigma outliers of a branch output (attention or mlp), from a forward hook."""
 
     def __init__(
@@ -170,13 +186,6 @@ class BranchProbe(Probe):
         self.module = module
         self.branch = branch
         self.keys = (f"{branch}_rms", f"{branch}_outlier_ratio")
-
-    def register(self) -> list[RemovableHandle]:
-        return [self.module.register_forward_hook(self._hook)]
-
-    def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
-        if self.live():
-            self.guard(lambda: self._measure(output))
 
     def _measure(self, output: Any) -> None:
         out = _first_tensor(output)
@@ -361,7 +370,7 @@ class BundledMoEProbe(Probe):
                 self.acc.add_aux_loss(self.layer, aux)
 
 
-class OutputProbe(Probe):
+class OutputProbe(OutputHookProbe):
     """Output Z of the LM head: LSE over the vocabulary of each position's logits (a forward hook).
 
     ``layer`` is -1: a run-level value (``output_z``), reported without a layer.
@@ -373,13 +382,6 @@ class OutputProbe(Probe):
     def __init__(self, acc: Accumulator, gate: Gate, module: nn.Module, report: Report = ignore) -> None:
         super().__init__(acc, gate, -1, report)
         self.module = module
-
-    def register(self) -> list[RemovableHandle]:
-        return [self.module.register_forward_hook(self._hook)]
-
-    def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
-        if self.live():
-            self.guard(lambda: self._measure(output))
 
     def _measure(self, output: Any) -> None:
         logits = heads.first_logits(output)

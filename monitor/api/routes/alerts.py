@@ -17,7 +17,7 @@ import logging
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from hyperwatch.monitor.api.alertmanager import store_firing
@@ -34,18 +34,33 @@ RULES = (
 )
 
 
+class AlertFilter:
+    """The query of ``/alerts`` and ``/incidents``: which run, project, group and rule, and the page."""
+
+    def __init__(
+        self,
+        run_id: int | None = None,
+        project: str | None = None,
+        group_id: int | None = None,
+        rule: Annotated[str | None, Query(description=RULES)] = None,
+        limit: Annotated[int, Query(ge=1)] = 100,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> None:
+        self.run_id, self.project, self.group_id, self.rule = run_id, project, group_id, rule
+        self.limit, self.offset = limit, offset
+
+    def args(self, max_page: int) -> tuple[int | None, str | None, int | None, str | None, int, int]:
+        """The store's arguments, the page capped at the service's ``max_page``."""
+        return self.run_id, self.project, self.group_id, self.rule, min(self.limit, max_page), self.offset
+
+
 @router.get("/alerts", response_model=list[AlertOut], dependencies=[ReadAuth], summary="Alert events, newest first")
 def list_alerts(
     store: StoreDep,
     settings: SettingsDep,
-    run_id: int | None = None,
-    project: str | None = None,
-    group_id: int | None = None,
-    rule: Annotated[str | None, Query(description=RULES)] = None,
-    limit: Annotated[int, Query(ge=1)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    where: Annotated[AlertFilter, Depends()],
 ) -> list[AlertOut]:
-    found = store.list_alerts(run_id, project, group_id, rule, min(limit, settings.max_page_size), offset)
+    found = store.list_alerts(*where.args(settings.max_page_size))
     return [AlertOut.model_validate(a) for a in found]
 
 
@@ -91,14 +106,9 @@ class IncidentOut(BaseModel):
 def list_incidents(
     store: StoreDep,
     settings: SettingsDep,
-    run_id: int | None = None,
-    project: str | None = None,
-    group_id: int | None = None,
-    rule: Annotated[str | None, Query(description=RULES)] = None,
-    limit: Annotated[int, Query(ge=1)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    where: Annotated[AlertFilter, Depends()],
 ) -> list[IncidentOut]:
-    found = store.list_incidents(run_id, project, group_id, rule, min(limit, settings.max_page_size), offset)
+    found = store.list_incidents(*where.args(settings.max_page_size))
     return [
         IncidentOut(
             **{k: v for k, v in vars(i).items() if k != "heads"},
