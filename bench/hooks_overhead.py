@@ -228,7 +228,7 @@ def profile(name: str, build: Callable[[], Trainee], args: argparse.Namespace, m
             bench.run(args.block, hooked)
     cuda = args.device == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
     steps = max(1, args.profile_steps)
     for hooked in (True, False):
         with torch_profile(activities=activities) as prof:
@@ -324,7 +324,7 @@ def attention_path(args: argparse.Namespace) -> None:
         f"= {med['kernel'] / med['plain']:.3f}x"
     )
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
-    key = "self_cuda_time_total" if dev == "cuda" else "self_cpu_time_total"
+    key = "self_device_time_total" if dev == "cuda" else "self_cpu_time_total"
     for f in (recompute, kernel):
         with torch_profile(activities=activities) as prof:
             f()

@@ -207,7 +207,10 @@ class Accumulator:
     def pack(self) -> torch.Tensor:
         """The per-layer values and the loss, in one flat float64 device tensor (a view of ``flat``):
         the all-reduce unit. :meth:`unpack` reads its first :attr:`packed_size` values."""
-        self._host.add_(torch.from_numpy(self.host_counts.reshape(-1)))
+        # The counts are host integers: one non-blocking copy to the device (from pageable memory
+        # CUDA stages the source at once, so no stream synchronization and no later host read).
+        counts = torch.from_numpy(self.host_counts.reshape(-1).astype(np.float64))
+        self._host.add_(counts.to(self._host.device, non_blocking=True))
         return self.flat[: self.packed_size + GRAD_NORM]
 
     def take(self, extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.cuda.Event | None]:

@@ -128,9 +128,50 @@ def _autocast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return cast(q), cast(k), cast(v), cast(mask)
 
 
-def _bool_to_additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """As SDPA converts a boolean mask: True (takes part) -> 0, False -> -inf, in the query dtype."""
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, -math.inf)
+def _bool_to_additive(mask: torch.Tensor, dtype: torch.dtype, fill: float = -math.inf) -> torch.Tensor:
+    """As SDPA converts a boolean mask: True (takes part) -> 0, False -> ``fill``, in the query dtype."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, fill)
+
+
+_CUDNN_FILLS = (-math.inf, -65504.0)
+_cudnn_fill_seen: dict[tuple[str, int | None], float] = {}
+
+
+@torch.compiler.assume_constant_result
+def _cudnn_bool_fill(device: str, index: int | None) -> float:
+    """The value SDPA writes for a False of a boolean mask before it calls cuDNN attention.
+
+    Not -inf everywhere: PyTorch's ``convert_boolean_attn_mask_cudnn`` has used the finite
+    -65504 (cuDNN once gave NaN for -inf), which makes a fully masked row attend uniformly
+    instead of giving 0. Which one this torch uses is found once per device by running SDPA on
+    a small case under the cuDNN backend against the op with each candidate, bit for bit (a
+    host sync, once; under ``torch.compile`` at trace time). -inf where cuDNN cannot run it."""
+    key = (device, index)
+    if key not in _cudnn_fill_seen:
+        _cudnn_fill_seen[key] = _probe_cudnn_fill(torch.device(device, index))
+    return _cudnn_fill_seen[key]
+
+
+def _probe_cudnn_fill(dev: torch.device) -> float:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 16, 64, generator=g).to(dev, torch.float16) for _ in range(3))
+    mask = torch.ones(1, 1, 16, 16, dtype=torch.bool)
+    mask[..., 3, :] = False  # a fully masked row: where the candidates differ
+    mask[..., 9, 4:12] = False
+    mask = mask.to(dev)
+    try:
+        with torch.no_grad(), sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            for fill in _CUDNN_FILLS:
+                bias = _bool_to_additive(mask, q.dtype, fill)
+                got = _aten._scaled_dot_product_cudnn_attention(q, k, v, bias, False, 0.0, False, False)[0]
+                if bool(((got == want) | (got.isnan() & want.isnan())).all()):
+                    return fill
+    except RuntimeError as exc:  # no cuDNN attention on this GPU or build
+        log.debug("cuDNN attention probe: %s", exc)
+    return -math.inf
 
 
 def _aligned_bias(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -207,8 +248,10 @@ def sdpa_with_lse(a: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     q, k, v, mask = _autocast(q, k, v, mask)
     try:
         choice = _choice(q, k, v, mask, dropout_p, is_causal, scale, bool(a.get("enable_gqa")))
+        attends = None if mask is None else mask.any(dim=-1) if mask.dtype == torch.bool else (mask > -math.inf).any(-1)
         if mask is not None and mask.dtype == torch.bool:
-            mask = _bool_to_additive(mask, q.dtype)
+            fill = _cudnn_bool_fill(q.device.type, q.device.index) if choice == _CUDNN else -math.inf
+            mask = _bool_to_additive(mask, q.dtype, fill)
         with torch.autocast(q.device.type, enabled=False):
             if q.device.type == "cpu":
                 if choice != _FLASH:
@@ -222,8 +265,8 @@ def sdpa_with_lse(a: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         raise KernelUnavailable(f"the LSE kernel refused the call ({exc})") from exc
     L = q.shape[-2]
     lse = lse.detach().reshape(*q.shape[:-2], -1)[..., :L]  # efficient pads queries; cuDNN may add a dim
-    if mask is not None:
-        lse = lse.masked_fill(~(mask > -math.inf).any(dim=-1), -math.inf)
+    if attends is not None:  # a row with no key to attend has no softmax (whatever the kernel wrote)
+        lse = lse.masked_fill(~attends, -math.inf)
     return out, lse
 
 

@@ -137,9 +137,10 @@ def test_cuda_kernel_equals_the_formula_without_host_sync() -> None:
     try:
         acc.add_branch(0, "mlp", x)
         indicators.add_branch_sums_(torch.zeros(2, dtype=torch.float64, device=dev), x)
+        packed = acc.pack()  # the host counts join the device tensor without a sync
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    values = acc.unpack(acc.pack().cpu().numpy())
+    values = acc.unpack(packed.cpu().numpy())
     truth_sq, truth_outliers = float64_truth(x)
     assert values[0].mlp_rms == pytest.approx(math.sqrt(truth_sq / x.numel()), rel=1e-5)
     assert values[0].mlp_outlier_ratio == pytest.approx(truth_outliers / x.numel(), abs=1e-6)

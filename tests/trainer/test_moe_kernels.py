@@ -141,7 +141,8 @@ def test_grouped_cuda_forward_and_backward_without_host_sync() -> None:
     loop, grouped = _pair()
     loop, grouped = loop.cuda(), grouped.cuda()
     x = torch.randn(4, 64, loop.router.in_features, device="cuda")
-    assert grouped.experts.use_grouped(x)
+    with torch.autocast("cuda", dtype=torch.bfloat16):  # the experts compute in bf16: the grouped kernel's dtype
+        assert grouped.experts.use_grouped(x)
     torch.cuda.set_sync_debug_mode("error")
     try:
         with torch.autocast("cuda", dtype=torch.bfloat16):
