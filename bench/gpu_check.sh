@@ -10,7 +10,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
-STEPS=" ${*:-pytest attention branch overhead profile compiled trainer} "
+STEPS=" ${*:-pytest attention branch outputz overhead profile compiled trainer} "
 step() {  # step NAME SECONDS CMD...
   local name=$1 limit=$2; shift 2
   [[ $STEPS == *" $name "* ]] || return 0
@@ -24,6 +24,7 @@ H="python3 bench/hooks_overhead.py --device cuda"
 step pytest 70 python3 -m pytest -q -p no:cacheprovider tests/hooks tests/trainer -k cuda
 step attention 25 $H --attention --rounds 10
 step branch 25 $H --branch --rounds 10
+step outputz 40 $H --output-z --rounds 10
 step overhead 150 $H --control --models llama,dense --modes eager --rounds 4 --block 10
 step profile 40 $H --profile --every 1 --models llama --modes eager --profile-steps 2
 step compiled 110 $H --control --models dense --modes compiled --every 10 --rounds 3 --block 10

@@ -29,6 +29,8 @@ Targets (issue #11, GPU): <= 1.01x at every=1 and <= 1.002x at every=10, eager a
 
 ``--attention`` times the intercepted SDPA call alone (plain, costly recompute path, kernel
 LSE path; forward + backward under bf16 autocast) and profiles the two hooked paths.
+``--output-z`` times output Z of one step's logits alone (the torch formula whole and in slices,
+compiled, and on CUDA the Triton kernel), with the peak memory each takes (bench/hooks_output_z.py).
 ``--branch`` times the branch statistics of one (4, 4096, 1024) output alone, bf16 and fp32: the
 old eager formula, the eager and compiled paths and, on CUDA, the fused Triton kernel (see
 bench/hooks_branch.py). ``--profile`` instead runs ``torch.profiler`` over hooked every=1 steps and plain steps and
@@ -54,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.hooks_branch import branch_path, path_name
 from bench.hooks_models import Sizes, Trainee, bundled, hf_llama, torch_encoder
+from bench.hooks_output_z import output_z_path
 from hyperwatch import hooks
 
 
@@ -353,6 +356,8 @@ def main() -> None:
     ap.add_argument("--attention", action="store_true", help="the intercepted SDPA call alone: costly vs kernel path")
     ap.add_argument("--branch", action="store_true", help="the branch statistics alone: old, eager, compiled, triton")
     ap.add_argument("--branch-shape", default="4x4096x1024", help="branch output shape for --branch")
+    ap.add_argument("--output-z", action="store_true", help="output Z of one step's logits alone: torch vs triton")
+    ap.add_argument("--output-shape", help="logits shape for --output-z (default 4x4096x32000 cuda, 4x256x32000 cpu)")
     args = ap.parse_args()
     paper = (args.preset or ("paper" if args.device == "cuda" else "tiny")) == "paper"
     args.depth = args.depth or (8 if paper else 2)
@@ -375,6 +380,9 @@ def main() -> None:
         return
     if args.branch:
         branch_path(args)
+        return
+    if args.output_z:
+        output_z_path(args)
         return
     print(f"branch statistics in eager mode on {args.device}: {path_name(torch.device(args.device))}")
     z = args.sizes

@@ -146,9 +146,14 @@ class Accumulator:
 
     def add_output_logits(self, logits: torch.Tensor) -> None:
         """Output Z: sum of LSE^2 over the vocabulary of every position, and the positions' count
-        (shape-derived; added on the device, a constant add: no synchronization)."""
-        total, n = heads.output_z_sums(logits)
-        self.run[OUT_Z].add_(total)
+        (shape-derived; added on the device, a constant add: no synchronization). On CUDA the
+        Triton kernel reads the logits once, with no fp32 copy of them."""
+        if fused.applies(logits):
+            fused.add_lse_square_sum_(self.run[OUT_Z], logits)
+            n = logits.numel() // max(1, logits.shape[-1])
+        else:
+            total, n = heads.output_z_sums(logits)
+            self.run[OUT_Z].add_(total)
         self.run[OUT_Z_N].add_(n)
 
     def add_router_logits(self, layer: int, logits: torch.Tensor) -> None:

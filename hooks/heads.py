@@ -74,6 +74,10 @@ def unpack_heads(flat: np.ndarray, heads_at: int, layer: int) -> tuple[list[floa
 
 OUTPUT_CHUNK_ELEMENTS = 1 << 18
 """Logit elements per slice of :func:`output_z_sums` in eager CPU mode (1 MiB of fp32: about an L2)."""
+OUTPUT_CHUNK_ELEMENTS_DEVICE = 1 << 26
+"""Logit elements per slice on an accelerator without the Triton kernel: the fp32 copy and the
+log-softmax of a slice take 512 MiB, never a copy of the whole step's logits (a 128k vocabulary at
+32k tokens a step would take two 16 GiB temporaries at once), in a few dozen launches."""
 
 
 def _lse_rows(rows: torch.Tensor) -> torch.Tensor:
@@ -91,15 +95,18 @@ def _lse_rows(rows: torch.Tensor) -> torch.Tensor:
 def output_z_sums(logits: torch.Tensor) -> tuple[torch.Tensor, int]:
     """(sum over positions of LSE(logits)^2 in float64, number of positions) of (..., vocab) logits.
 
-    Eager on CPU the positions go through in slices of about :data:`OUTPUT_CHUNK_ELEMENTS` logits,
-    each pass then streams a cache-sized temporary (as :func:`hooks.indicators.add_branch_sums_`);
-    under ``torch.compile`` and on other devices it is one call.
+    Eager, the positions go through in slices: of about :data:`OUTPUT_CHUNK_ELEMENTS` logits on CPU
+    (each pass then streams a cache-sized temporary, as :func:`hooks.indicators.add_branch_sums_`),
+    of :data:`OUTPUT_CHUNK_ELEMENTS_DEVICE` elsewhere (a bounded temporary). Under
+    ``torch.compile`` it is one call (inductor fuses it). On CUDA with Triton the accumulator uses
+    :func:`hooks.fused.add_lse_square_sum_` instead (one read, no temporary).
     """
     rows = logits.detach().reshape(-1, logits.shape[-1])
-    if torch.compiler.is_compiling() or rows.device.type != "cpu":
+    if torch.compiler.is_compiling():
         return _lse_rows(rows).square().sum(dtype=torch.float64).reshape(1), rows.shape[0]
-    total = torch.zeros(1, dtype=torch.float64)
-    step = max(1, OUTPUT_CHUNK_ELEMENTS // max(1, rows.shape[-1]))
+    total = torch.zeros(1, dtype=torch.float64, device=rows.device)
+    chunk = OUTPUT_CHUNK_ELEMENTS if rows.device.type == "cpu" else OUTPUT_CHUNK_ELEMENTS_DEVICE
+    step = max(1, chunk // max(1, rows.shape[-1]))
     for start in range(0, rows.shape[0], step):
         total.add_(_lse_rows(rows[start : start + step]).square().sum(dtype=torch.float64))
     return total, rows.shape[0]

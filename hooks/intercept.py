@@ -148,7 +148,9 @@ def _cudnn_bool_fill(device: str, index: int | None) -> float:
     host sync, once; under ``torch.compile`` at trace time). -inf where cuDNN cannot run it."""
     key = (device, index)
     if key not in _cudnn_fill_seen:
-        _cudnn_fill_seen[key] = _probe_cudnn_fill(torch.device(device, index))
+        _cudnn_fill_seen[key] = _probe_cudnn_fill(
+            torch.device(device) if index is None else torch.device(device, index)
+        )
     return _cudnn_fill_seen[key]
 
 

@@ -1,9 +1,10 @@
-"""The fused branch kernel (hooks/fused.py) against the torch formula it replaces on CUDA.
+"""The fused kernels (hooks/fused.py: branch statistics, output Z) against the torch formulas they
+replace on CUDA.
 
-Without a GPU the kernel runs in Triton's interpreter: ``interpreted_fused.py`` holds those
-tests, run here in a child process whose environment sets ``TRITON_INTERPRET=1`` before Triton is
-first imported (see there why it must be a fresh process). On a GPU the last test compares the
-compiled kernel with the formula on the device.
+Without a GPU the kernels run in Triton's interpreter: ``interpreted_fused.py`` and
+``interpreted_lse.py`` hold those tests, run here in a child process whose environment sets
+``TRITON_INTERPRET=1`` before Triton is first imported (see there why it must be a fresh
+process). On a GPU the last tests compare the compiled kernels with the formulas on the device.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -25,8 +27,8 @@ from hyperwatch.hooks.accumulate import Accumulator
 def test_kernel_in_the_triton_interpreter() -> None:
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    here = Path(__file__).with_name("interpreted_fused.py")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(here)]
+    files = [str(Path(__file__).with_name(f)) for f in ("interpreted_fused.py", "interpreted_lse.py")]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]
@@ -89,13 +91,50 @@ def test_kernel_compiles_for_hopper_with_vector_loads_and_two_float64_atomics(dt
     compiled = triton.compile(
         src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.warps, "enable_fp_fusion": True}
     )
+    _check_ptx_and_spills(compiled, triton, atomics=2, vector_loads=hidden % 16 == 0)
+
+
+# (dtype, rows, vocab): the benchmarks' vocabulary, Llama 3's, one that is not a multiple of 16.
+LSE_AOT_CASES = [("bf16", 16384, 32000), ("fp32", 16384, 32000), ("bf16", 32768, 128256), ("fp16", 64, 50257)]
+
+
+@pytest.mark.parametrize(("dtype", "rows", "vocab"), LSE_AOT_CASES)
+def test_lse_kernel_compiles_for_hopper_with_one_float64_atomic(dtype: str, rows: int, vocab: int) -> None:
+    """The output-Z kernel for sm_90 as :func:`fused.add_lse_square_sum_` launches it: 16-byte loads
+    where the row stride allows, one float64 atomic per program, and no spill to local memory."""
+    triton = pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("TRITON_INTERPRET=1 is set for the whole run")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from hyperwatch.hooks.triton_lse import lse_square_sum_kernel
+
+    cfg = fused.launch_config(rows, vocab)
+    args = ["x_ptr", "out_ptr", "n_rows", "n_cols", "stride_row"]
+    signature = dict(zip(args, [f"*{dtype}", "*fp64", "i32", "i32", "i32"]))
+    signature.update(BLOCK_R="constexpr", BLOCK_C="constexpr")
+    divisible = [0, 1] + [i for i, v in ((2, rows), (3, vocab), (4, vocab)) if v % 16 == 0]
+    src = ASTSource(
+        fn=lse_square_sum_kernel,
+        signature=signature,
+        constexprs={"BLOCK_R": cfg.block_r, "BLOCK_C": cfg.block_c},
+        attrs={(i,): [["tt.divisibility", 16]] for i in divisible},
+    )
+    compiled = triton.compile(
+        src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.warps, "enable_fp_fusion": True}
+    )
+    _check_ptx_and_spills(compiled, triton, atomics=1, vector_loads=vocab % 16 == 0)
+
+
+def _check_ptx_and_spills(compiled: Any, triton: Any, atomics: int, vector_loads: bool) -> None:
     ptx = compiled.asm["ptx"]
-    assert len(re.findall(r"\b(?:red|atom)\.global\.[\w.]*add\.f64", ptx)) == 2
+    assert len(re.findall(r"\b(?:red|atom)\.global\.[\w.]*add\.f64", ptx)) == atomics
     loads = set(re.findall(r"ld\.global[\w.]*", ptx))
-    assert any(".v" in op for op in loads) == (hidden % 16 == 0), loads
+    assert any(".v" in op for op in loads) == vector_loads, loads
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     if cuobjdump.exists():
-        cubin = Path(os.environ.get("TMPDIR", "/tmp")) / f"hyperwatch-branch-{os.getpid()}.cubin"
+        cubin = Path(os.environ.get("TMPDIR", "/tmp")) / f"hyperwatch-kernel-{os.getpid()}.cubin"
         cubin.write_bytes(compiled.asm["cubin"])
         try:
             usage = subprocess.run([str(cuobjdump), "-res-usage", str(cubin)], capture_output=True, text=True).stdout
@@ -144,3 +183,32 @@ def test_cuda_kernel_equals_the_formula_without_host_sync() -> None:
     truth_sq, truth_outliers = float64_truth(x)
     assert values[0].mlp_rms == pytest.approx(math.sqrt(truth_sq / x.numel()), rel=1e-5)
     assert values[0].mlp_outlier_ratio == pytest.approx(truth_outliers / x.numel(), abs=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_output_z_kernel_equals_float64_without_host_sync() -> None:
+    """On a GPU: the compiled output-Z kernel against float64 logsumexp, through the accumulator,
+    with no host synchronization (sync debug mode raises if there is one)."""
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("TRITON_INTERPRET=1 is set for the whole run")
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(5)
+    for dtype, shape in (
+        (torch.bfloat16, (4, 512, 32000)),
+        (torch.float32, (3, 100, 50257)),
+        (torch.float16, (64, 96)),
+    ):
+        x = (torch.randn(shape, generator=g) * 3).to(dev, dtype)
+        assert fused.applies(x)
+        acc = Accumulator(1, [0], dev)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            acc.add_output_logits(x)
+            acc.pack()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        got = acc.output_z(acc.flat.cpu().numpy())
+        want = float(torch.logsumexp(x.double(), -1).square().mean())
+        assert got == pytest.approx(want, rel=1e-5), (dtype, shape)
