@@ -77,12 +77,16 @@ MAX_ROW_ID = 2**31 - 1  # ids are SQL integers (PostgreSQL int4): none is larger
 
 
 async def ids_in_range(request: Request) -> None:
-    """An id in the path beyond the integer range names no row: 404, as any unknown id does.
+    """An id beyond the integer range names no row and never can: 404, in the path
+    (``/runs/{run_id}``) and in the query (``?run_id=``, repeated or not, ``?group_id=``).
 
     Left to the database, it was a 422 (SQLite cannot bind it, PostgreSQL refuses it for an
     integer column) that blamed the request's value. Runs for every route, before its own
-    parameters are read; a value that is not an integer is left to the route's validation (422)."""
-    for name, value in request.path_params.items():
+    parameters are read; a value that is not an integer is left to the route's validation (422).
+    An unknown id inside the range keeps the route's own answer (a lookup's 404, a filter's empty
+    list)."""
+    params = [*request.path_params.items(), *request.query_params.multi_items()]
+    for name, value in params:
         # ASCII digits only: str.isdigit() takes "²", which int() refuses (a 500 schemathesis found).
         if (name == "id" or name.endswith("_id")) and isinstance(value, str) and _INTEGER.fullmatch(value):
             number = int(value)

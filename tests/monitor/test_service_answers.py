@@ -38,6 +38,22 @@ def test_ids_beyond_the_integer_range_are_unknown(client: TestClient, value: int
         assert client.get(f"/api/v1/runs/{odd}/series").status_code == 422, odd
 
 
+@pytest.mark.parametrize("value", BEYOND)
+def test_query_ids_beyond_the_integer_range_are_unknown(client: TestClient, value: int) -> None:
+    create_run(client, "r")
+    for path in (
+        f"/api/v1/alerts?run_id={value}",
+        f"/api/v1/incidents?group_id={value}",
+        f"/api/v1/compare?run_id=1&run_id={value}&name=loss",
+        f"/api/v1/compare?group_id={value}&name=loss",
+    ):
+        r = client.get(path)
+        assert r.status_code == 404, (path, r.status_code, r.text)
+        assert str(value) in r.json()["detail"] and "at most 2147483647" in r.json()["detail"]
+    assert client.get("/api/v1/alerts?run_id=2147483647").json() == []  # in range, unknown: the filter's answer
+    assert client.get("/api/v1/compare?run_id=2147483647&name=loss").status_code == 404  # the lookup's answer
+
+
 def test_a_newer_schema_is_told_the_service_is_older(store: SqlStore) -> None:
     with store.engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
@@ -67,18 +83,17 @@ def _limit_size(dbapi_conn: sqlite3.Connection, _record: object) -> None:
     dbapi_conn.execute(f"PRAGMA max_page_count = {pages}")
 
 
-def test_a_full_disk_is_a_503_saying_so_and_readyz_is_not_ready(sqlite_store: SqlStore) -> None:
-    client = make_client(sqlite_store)
+def _assert_full_then_recovers(client: TestClient, store: SqlStore, fill: object, free: object) -> None:
+    """With the disk full (``fill()``): 503 saying so, Retry-After, /readyz not ready, nothing of the
+    batch stored. With space again (``free()``): the same batch goes through and /readyz is ready."""
     create_run(client, "r")
     post_points(client, "r", [{"name": "loss", "layer": None, "step": 0, "value": 1.0}])
     assert client.get("/readyz").status_code == 200
-    event.listen(sqlite_store.engine, "connect", _limit_size)
-    sqlite_store.engine.dispose()
+    points = [{"name": f"user.n{i}", "layer": None, "step": s, "value": 1.0} for i in range(50) for s in range(40)]
+    body = {"batch_id": "disk-full-batch", "run": "r", "points": points}
+    fill()  # type: ignore[operator]
     try:
-        points = [{"name": f"user.n{i}", "layer": None, "step": s, "value": 1.0} for i in range(50) for s in range(40)]
-        r = client.post(
-            "/api/v1/points", json={"batch_id": "disk-full-batch", "run": "r", "points": points}, headers=AUTH
-        )
+        r = client.post("/api/v1/points", json=body, headers=AUTH)
         assert r.status_code == 503, r.text
         detail = r.json()["detail"]
         assert "disk is full" in detail and "nothing of this request was stored" in detail
@@ -87,16 +102,53 @@ def test_a_full_disk_is_a_503_saying_so_and_readyz_is_not_ready(sqlite_store: Sq
         ready = client.get("/readyz")
         assert ready.status_code == 503 and "disk is full" in ready.json()["detail"]
     finally:
-        event.remove(sqlite_store.engine, "connect", _limit_size)
-        sqlite_store.engine.dispose()
-    with sqlite_store.engine.connect() as conn:
-        assert (
-            conn.execute(text("SELECT COUNT(*) FROM ingested_batches WHERE batch_id = 'disk-full-batch'")).scalar() == 0
-        )
-    # Space again: the same batch goes through, and the service is ready again.
-    r = client.post("/api/v1/points", json={"batch_id": "disk-full-batch", "run": "r", "points": points}, headers=AUTH)
+        free()  # type: ignore[operator]
+    with store.engine.connect() as conn:
+        stored = conn.execute(text("SELECT COUNT(*) FROM ingested_batches WHERE batch_id = 'disk-full-batch'"))
+        assert stored.scalar() == 0
+    r = client.post("/api/v1/points", json=body, headers=AUTH)
     assert r.status_code in (200, 201), r.text
     assert client.get("/readyz").status_code == 200
+
+
+def test_a_full_disk_is_a_503_saying_so_and_readyz_is_not_ready(sqlite_store: SqlStore) -> None:
+    def fill() -> None:
+        event.listen(sqlite_store.engine, "connect", _limit_size)
+        sqlite_store.engine.dispose()
+
+    def free() -> None:
+        event.remove(sqlite_store.engine, "connect", _limit_size)
+        sqlite_store.engine.dispose()
+
+    _assert_full_then_recovers(make_client(sqlite_store), sqlite_store, fill, free)
+
+
+# PostgreSQL's own error for a full disk: SQLSTATE 53100 (disk_full), as it raises when a write cannot
+# extend a relation file ("could not extend file ...: No space left on device"). Raised by the server
+# from a trigger on the first table a batch writes, so it reaches the service through psycopg as on a
+# real full volume (a tablespace on a tiny mount would need the server's host and root).
+_PG_FULL = """
+CREATE FUNCTION hw_test_disk_full() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'could not extend file "base/1/2": No space left on device'
+        USING ERRCODE = 'disk_full', HINT = 'Check free disk space.';
+END $$;
+CREATE TRIGGER hw_test_disk_full BEFORE INSERT ON ingested_batches FOR EACH ROW EXECUTE FUNCTION hw_test_disk_full();
+"""
+
+
+def test_a_full_disk_on_postgresql_is_a_503_saying_so(pg_store: SqlStore) -> None:
+    def fill() -> None:
+        with pg_store.engine.begin() as conn:
+            conn.exec_driver_sql(_PG_FULL)
+
+    def free() -> None:
+        with pg_store.engine.begin() as conn:
+            conn.exec_driver_sql(
+                "DROP TRIGGER hw_test_disk_full ON ingested_batches; DROP FUNCTION hw_test_disk_full()"
+            )
+
+    _assert_full_then_recovers(make_client(pg_store), pg_store, fill, free)
 
 
 @pytest.mark.parametrize(
