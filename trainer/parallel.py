@@ -75,6 +75,15 @@ def leave_process_group(release: Callable[[], object]) -> None:
     resume run of tests/trainer/test_fsdp.py (2 ranks, torchrun) on a loaded 2-core machine: 2
     aborts in 26 runs before this clean close, 0 in 60 after. Evidence, not proof: the threads
     still outlive the group (see the issue note).
+
+    Narrowed since (2 gloo ranks, torch 2.13, /proc/self/task after ``destroy_process_group``):
+    ``fully_shard`` alone, with no forward, is enough for gloo's three threads to survive, while
+    ``init_device_mesh`` alone is not. The holder is not Python's: with FSDP the Python references
+    to the group are the same as without it once the model is gone; clearing DTensor's sharding
+    caches (``propagate_op_sharding.cache_clear``, ``torch._C._clear_DTensor_sharding_propagator_cache``)
+    and every mesh's ``_pg_registry``, or calling the gloo backend's ``shutdown()`` or
+    ``abort()``, leaves the threads running. So the group's C++ object is kept by a C++
+    reference taken inside ``fully_shard``; the abort comes when that outlives the interpreter.
     """
     if not dist.is_initialized():
         release()
