@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, insert, select, update
+from sqlalchemy import and_, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine
 
 from hyperwatch.hooks.schema import head_of
@@ -173,8 +173,23 @@ def _write(conn: Connection, run_id: int, rule: str, source: str, o: _Open) -> N
         conn.execute(update(IncidentRow).where(IncidentRow.id == o.id).values(**o.values()))
 
 
+_LOCK_SPACE = 0x4877_0021
+"""First key of the PostgreSQL advisory lock that serializes the incident writes of one run."""
+
+
 def record(conn: Connection, run_id: int, alerts: Sequence[NewAlert]) -> None:
-    """Group newly stored alert events of one run into its incidents (inside the caller's transaction)."""
+    """Group newly stored alert events of one run into its incidents (inside the caller's transaction).
+
+    Two transactions recording the same run at once (two Alertmanager notifications, or one beside
+    a batch's detectors) would each read the latest incident, find none, and each open one. On
+    PostgreSQL a transaction-scoped advisory lock on the run serializes them: the second reads
+    after the first commits (read committed) and joins its incident. SQLite's writers hold the
+    database's write lock from their first statement, so they never overlap.
+    """
+    if not alerts:
+        return
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:space, :run)"), {"space": _LOCK_SPACE, "run": run_id})
     by_rule: dict[tuple[str, str], list[NewAlert]] = {}
     for a in alerts:
         by_rule.setdefault((a.rule, a.source), []).append(a)
