@@ -65,15 +65,17 @@ ALERT_SOURCES = ("service", "prometheus")
 DATA_SEED = 1234
 
 
-def sweep(steps: int, seeds: int) -> list[RunSpec]:
+def sweep(steps: int, seeds: int, offset: int = 0) -> list[RunSpec]:
     """The runs: per cell, its healthy arm (``seeds`` seeds, a safe LR) and the arms that may go wrong.
 
-    A healthy arm shared by several cells (the same model at the same LR) is trained once.
+    A healthy arm shared by several cells (the same model at the same LR) is trained once. Init
+    seeds start at ``offset`` (the healthy arm's ``offset`` .. ``offset + seeds - 1``, the other arms
+    ``offset``): a held-out seed set for checking a calibration.
     """
     runs: list[RunSpec] = []
 
     def add(scenario: str, source: str, arm: str, lr: float, healthy: bool = False, **kw: Any) -> None:
-        for seed in range(seeds if healthy else 1):
+        for seed in range(offset, offset + (seeds if healthy else 1)):
             runs.append(RunSpec(scenario, source, arm, lr, steps, seed=seed, healthy=healthy, **kw))
 
     safe = {"gpt": 3e-3, "trainer": 3e-3, "hf": 1e-3}
@@ -105,7 +107,9 @@ def _get(url: str, timeout: float = 30.0) -> bytes:
         return resp.read()  # type: ignore[no-any-return]
 
 
-def train(spec: RunSpec, data: Any, url: str, every: int, seq: int, batch: int, spool: Path) -> dict[str, Any]:
+def train(
+    spec: RunSpec, data: Any, url: str, every: int, seq: int, batch: int, spool: Path, data_seed: int
+) -> dict[str, Any]:
     """One run through the hooks into the service; the loss every step, ``/metrics`` every logged step."""
     model, forward = build(spec, seq)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.1)
@@ -122,7 +126,7 @@ def train(spec: RunSpec, data: Any, url: str, every: int, seq: int, batch: int, 
         this_step.append(module.counts.tolist())
 
     handles = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, MoE)]
-    xs = batches(data, DATA_SEED, spec.steps, batch, seq)  # every run sees the same batches; seeds vary the init
+    xs = batches(data, data_seed, spec.steps, batch, seq)  # every run sees the same batches; seeds vary the init
     losses: list[float] = []
     scrapes: list[Scrape] = []
     logged: list[int] = []
@@ -195,6 +199,13 @@ def main() -> int:
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the machine is shared)")
+    p.add_argument(
+        "--seed-offset",
+        type=int,
+        default=0,
+        help="first init seed, also added to the data seed (default 0; another value is a held-out seed set "
+        "with another batch order)",
+    )
     p.add_argument("--only", default="", help="comma-separated scenarios to run (default all)")
     p.add_argument("--margin", type=float, default=0.1, help="nats worse than the cell's best = went wrong")
     p.add_argument(
@@ -204,7 +215,7 @@ def main() -> int:
     p.add_argument("--workdir", type=Path, help="keep the database, spool and promtool replay here")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    specs = sweep(args.steps, args.seeds)
+    specs = sweep(args.steps, args.seeds, args.seed_offset)
     if args.only:
         keep = set(args.only.split(","))
         specs = [s for s in specs if s.scenario in keep]
@@ -219,7 +230,9 @@ def main() -> int:
     trained = {spec.name: distinct[spec.key()].name for spec in specs}  # cell's run -> the run trained
     with ServiceProcess(f"sqlite:///{work / 'hyperwatch.db'}", log_path=work / "service.log") as svc:
         for i, spec in enumerate(distinct.values()):
-            rec = train(spec, data, svc.url, args.every, args.seq, args.batch, work / "spool")
+            rec = train(
+                spec, data, svc.url, args.every, args.seq, args.batch, work / "spool", DATA_SEED + args.seed_offset
+            )
             recorded[spec.name] = rec
             print(
                 f"[{i + 1}/{len(distinct)}] {spec.name}: {len(rec['losses'])} steps, final loss "

@@ -54,14 +54,15 @@ def _median(ordered: Sequence[float]) -> float:
     return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def step_baseline(windows: Sequence[Sequence[tuple[int, float]]], th: dict[str, float]) -> float | None:
-    """The trailing median, in steps, of a metric's max over layers (the Prometheus spike rules' baseline).
+def step_baseline(windows: Sequence[Sequence[tuple[int, float]]], th: dict[str, float]) -> tuple[float, float] | None:
+    """(median, robust deviation) in steps of a metric's max over layers: the Prometheus spike rules' baseline.
 
     A wall-clock window judges a rise by how fast the machine trains: on a loaded CPU a blow-up
     spreads over minutes and never stands out from its own 30-minute median. Counted in logged
     steps it does, on any machine. ``windows`` hold each layer's ``(step, value)`` pairs before the
     latest step; the newest ``spike_window`` steps count, non-finite values are left out as the
-    detector leaves them out; None with fewer than ``spike_min_points`` steps of history.
+    detector leaves them out; None with fewer than ``spike_min_points`` steps of history. The
+    deviation is 1.4826 x the MAD, as :func:`is_spike` measures a jump.
     """
     per_step: dict[int, float] = {}
     for window in windows:
@@ -71,7 +72,8 @@ def step_baseline(windows: Sequence[Sequence[tuple[int, float]]], th: dict[str, 
     newest = [per_step[s] for s in sorted(per_step)[-int(th["spike_window"]) :]]
     if not newest or len(newest) < th["spike_min_points"]:
         return None
-    return _median(sorted(newest))
+    med = _median(sorted(newest))
+    return med, _median(sorted(abs(v - med) for v in newest)) * MAD_TO_SIGMA
 
 
 def is_spike(value: float, history: Sequence[float], th: dict[str, float], floor: float) -> tuple[bool, float | None]:

@@ -11,9 +11,10 @@ NaN and +-Inf are exported as themselves (the exposition format has NaN, +Inf an
 
 The Z-spike rules (prometheus/rules.yml) need a baseline that does not depend on how fast the
 machine trains, so the collector also exports, per run, the trailing median *in logged steps* of
-the max over layers (:func:`monitor.detectors.step_baseline`, over the run's group ``spike_window``)
-and the group's own thresholds: the rule then fires on the service detector's level and ratio
-tests, whatever the wall-clock speed, and a group's thresholds tune both alerting paths at once.
+the max over layers and its robust deviation (1.4826 x MAD; :func:`monitor.detectors.step_baseline`,
+over the run's group ``spike_window``) and the group's own thresholds: the rule then fires on the
+service detector's three tests (level, ratio, robust deviations), whatever the wall-clock speed,
+and a group's thresholds tune both alerting paths at once.
 """
 
 from __future__ import annotations
@@ -158,9 +159,22 @@ class RunCollector(Collector):
             )
             for m in SPIKE_METRICS
         }
+        deviation = {
+            m: GaugeMetricFamily(
+                f"hyperwatch_run_{m}_baseline_deviation",
+                f"1.4826 x the MAD of the same window as hyperwatch_run_{m}_baseline (a robust standard deviation)",
+                labels=labels,
+            )
+            for m in SPIKE_METRICS
+        }
         relative = GaugeMetricFamily(
             "hyperwatch_run_spike_min_relative",
             "The group threshold spike_min_relative: a spike exceeds (1 + it) x its baseline",
+            labels=labels,
+        )
+        mad_multiple = GaugeMetricFamily(
+            "hyperwatch_run_spike_mad_multiple",
+            "The group threshold spike_mad_multiple: a spike exceeds its baseline by this many robust deviations",
             labels=labels,
         )
         layers: dict[tuple[str, str, int, int | None, str], list[tuple[int | None, int]]] = defaultdict(list)
@@ -176,15 +190,17 @@ class RunCollector(Collector):
             if (project, run) not in with_relative:
                 with_relative.add((project, run))
                 relative.add_metric([project, run], th["spike_min_relative"])
+                mad_multiple.add_metric([project, run], th["spike_mad_multiple"])
             top = max(step for _, step in rows)
             windows = self.store.trailing_points(
                 run_id, [(name, layer, top) for layer, _ in rows], int(th["spike_window"])
             )
-            value = step_baseline(windows, th)
-            if value is not None:
-                base[name].add_metric([project, run], value)
+            found = step_baseline(windows, th)
+            if found is not None:
+                base[name].add_metric([project, run], found[0])
+                deviation[name].add_metric([project, run], found[1])
             floor[name].add_metric([project, run], th[f"{name}_min"])
-        return [*base.values(), *floor.values(), relative]
+        return [*base.values(), *deviation.values(), *floor.values(), relative, mad_multiple]
 
     def _latest(self, latest: list[LatestValue]) -> Iterator[GaugeMetricFamily]:
         per_run: dict[tuple[str, str], dict[str, list[tuple[int | None, int, float]]]] = defaultdict(

@@ -284,7 +284,18 @@ class Thresholds(Strict):
     attention_lse_max_growth_floor: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     output_z_growth_floor: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     router_z_growth_floor: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    sigma_spike_window: int | None = Field(default=None, ge=5, le=10_000, description="trailing values of a loss spike")
+    loss_spike_window: int | None = Field(
+        default=None, ge=5, le=10_000, description="trailing loss values a loss spike is judged against"
+    )
+    loss_spike_persist: int | None = Field(
+        default=None, ge=1, le=1000, description="logged points in a row above the bar that make a loss spike"
+    )
+    grad_norm_spike_window: int | None = Field(
+        default=None, ge=5, le=10_000, description="trailing grad-norm values a grad-norm spike is judged against"
+    )
+    grad_norm_spike_persist: int | None = Field(
+        default=None, ge=1, le=1000, description="logged points in a row above the bar that make a grad-norm spike"
+    )
     sigma_spike_min_points: int | None = Field(default=None, ge=3, le=10_000)
     sigma_spike_multiple: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     sigma_spike_min_relative: float | None = Field(default=None, ge=0, allow_inf_nan=False)

@@ -15,9 +15,14 @@ Values calibrated on ``bench/early_warning.py``'s table (README "Alerts"):
   logged points, times the window's span in steps, is the window's fitted rise; at least
   ln(``growth_factor``) is a sustained climb. Only at or above the metric's ``*_growth_floor``
   (below it a series is where healthy runs live, and none is read from the store).
-- loss / grad-norm spikes (OLMo-core): above the mean + ``sigma_spike_multiple`` standard deviations
-  of the trailing ``sigma_spike_window`` values, and above the mean by ``sigma_spike_min_relative`` x
-  |mean| (a flat series has no deviation to speak of).
+- loss / grad-norm spikes (OLMo-core's rule, per indicator): ``<metric>_spike_persist`` logged
+  points in a row, each above the mean + ``sigma_spike_multiple`` standard deviations of the
+  ``<metric>_spike_window`` values before the first of them, and above that mean by
+  ``sigma_spike_min_relative`` x |mean| (a flat series has no deviation to speak of). The loss
+  looks back 16 logged points: over 128 the early descent swells the deviation and an LR bump's
+  loss jump stays under 4 sigma (1.1 sigma where 16 points give 4.9-7.3). The grad norm keeps
+  OLMo-core's 128 and must be confirmed by the next logged point: a single-batch blip (7.4 sigma
+  on a healthy run) is as tall as an LR bump's, and the bump is the loss rule's to warn.
 - ``max_vio_collapse``: a layer's MaxVio above ``max_vio_limit`` on ``max_vio_persist`` consecutive
   logged points (an efficiency guard, judged by expert load: a single point over the limit fired on
   healthy and gated runs whose load stayed even; 3 points kept both collapses of the benchmark at
@@ -51,15 +56,19 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "attention_lse_max_growth_floor": 10.0,
     "output_z_growth_floor": 150.0,
     "router_z_growth_floor": 100.0,
-    # loss_spike, grad_norm_spike: mean + k sigma of the trailing window
-    "sigma_spike_window": 128,
+    # loss_spike, grad_norm_spike: mean + k sigma of each indicator's own trailing window, on
+    # <metric>_spike_persist logged points in a row (the window ends before the first of them)
+    "loss_spike_window": 16,
+    "loss_spike_persist": 1,
+    "grad_norm_spike_window": 128,
+    "grad_norm_spike_persist": 2,
     "sigma_spike_min_points": 16,
     "sigma_spike_multiple": 4.0,
     "sigma_spike_min_relative": 0.02,
 }
 
 GROWTH_METRICS = ("attention_z", "attention_lse_max", "output_z", "router_z")
-SIGMA_SPIKE_METRICS = {"loss": "loss_spike", "grad_norm": "grad_norm_spike"}
+SIGMA_SPIKE_METRICS = {"loss": "loss_spike", "grad_norm": "grad_norm_spike"}  # metric -> rule (and key prefix)
 
 
 def thresholds_for(group_thresholds: dict[str, Any] | None) -> dict[str, float]:

@@ -11,7 +11,9 @@ Rules (thresholds in :mod:`monitor.detect.defaults`):
   logged points of attention Z, the layer's max LSE, router Z or output Z reaches
   ln(``growth_factor``): a steady climb that no spike rule sees. Raised when the condition
   starts to hold (it did not at the series' previous point).
-- ``loss_spike`` / ``grad_norm_spike`` (warning): above mean + k sigma of the trailing window.
+- ``loss_spike`` / ``grad_norm_spike`` (warning): ``<metric>_spike_persist`` logged points in a
+  row above mean + k sigma of the metric's own ``<metric>_spike_window`` values before them (the
+  grad norm's blip must be confirmed by the next logged point; the loss's need not).
 
 Every rule reads the store only for series that hold a candidate in the batch.
 """
@@ -193,23 +195,45 @@ def _growing(window: list[tuple[int, float]], n: int, need: int, rise: float, fl
     return math.isfinite(fitted) and fitted >= rise
 
 
+def persistent_spike(
+    streak: Sequence[float], history: Sequence[float], th: dict[str, float]
+) -> tuple[bool, float | None]:
+    """(spike?, trailing mean): every value of ``streak`` (logged points in a row) is a
+    :func:`sigma_spike` against the same ``history``, the values before the first of them. A blip
+    that the next logged point does not repeat is no spike with a streak of two."""
+    verdicts = [sigma_spike(v, history, th) for v in streak]
+    mean = verdicts[0][1] if verdicts else None
+    return bool(verdicts) and all(spike for spike, _ in verdicts), mean
+
+
+def spike_span(name: str, th: dict[str, float]) -> tuple[int, int]:
+    """(window, persist) of a sigma-spike metric: its own trailing window and streak length."""
+    return int(th[f"{name}_spike_window"]), max(1, int(th[f"{name}_spike_persist"]))
+
+
 def sigma_spikes(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, float]) -> list[NewAlert]:
-    n = int(th["sigma_spike_window"])
+    spans = {name: spike_span(name, th) for name in SIGMA_SPIKE_METRICS}
+    limit = max(n + p - 1 for n, p in spans.values())
     series = _collect(cols, lambda name: -math.inf if name in SIGMA_SPIKE_METRICS else None, strict=False)
     alerts = []
-    for ((name, layer), pts), before in zip(series.items(), _windows(reader, run_id, series, n)):
-        history = [v for _, v in before]
-        for step, value in pts:
-            spike, mean = sigma_spike(value, history[-n:], th)
+    for ((name, layer), pts), before in zip(series.items(), _windows(reader, run_id, series, limit)):
+        n, persist = spans[name]
+        values = [v for _, v in before] + [v for _, v in pts]
+        for j, (step, value) in enumerate(pts, start=len(before)):
+            first = j - persist + 1
+            if first < 0:
+                continue
+            history = values[max(0, first - n) : first]
+            spike, mean = persistent_spike(values[first : j + 1], history, th)
             if spike:
                 assert mean is not None
                 k = th["sigma_spike_multiple"]
+                held = f" ({persist} logged points in a row)" if persist > 1 else ""
                 message = (
-                    f"{name} spiked to {value:.4g} at step {step}: above the trailing mean {mean:.4g} "
-                    f"+ {k:.3g} sigma of {len(history[-n:])} values"
+                    f"{name} spiked to {value:.4g} at step {step}{held}: above the trailing mean {mean:.4g} "
+                    f"+ {k:.3g} sigma of the {len(history)} values before"
                 )
                 alerts.append(NewAlert(SIGMA_SPIKE_METRICS[name], "warning", name, layer, step, value, mean, message))
-            history.append(value)
     return alerts
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -89,8 +90,12 @@ def test_spike_baseline_is_counted_in_steps_with_the_groups_thresholds(client: T
     assert s[("hyperwatch_run_attention_z_max", grouped)] == 500.0
     assert s[("hyperwatch_run_attention_z_spike_floor", grouped)] == 60.0
     assert s[("hyperwatch_run_spike_min_relative", grouped)] == 0.25
+    # its robust deviation over the same maxima: 1.4826 x median |[3, 40, 50, 60, 70] - 50| = 1.4826 x 10
+    assert s[("hyperwatch_run_attention_z_baseline_deviation", grouped)] == pytest.approx(14.826)
+    assert s[("hyperwatch_run_spike_mad_multiple", grouped)] == 8.0  # the default: the group sets none
     # plain (default thresholds: window 50, 10 points needed): 7 steps of history is not enough
     assert ("hyperwatch_run_attention_z_baseline", plain) not in s
+    assert ("hyperwatch_run_attention_z_baseline_deviation", plain) not in s
     assert s[("hyperwatch_run_attention_z_spike_floor", plain)] == 100.0
     assert s[("hyperwatch_run_router_z_spike_floor", plain)] == 50.0
     assert s[("hyperwatch_run_spike_min_relative", plain)] == 0.5

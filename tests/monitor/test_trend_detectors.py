@@ -124,7 +124,8 @@ def test_loss_and_grad_norm_spikes_and_nan(client: TestClient) -> None:
     values = {s: 3.0 + rng.gauss(0, 0.02) for s in range(150)}
     values[120] = 4.5
     grads = {s: 1.0 + rng.gauss(0, 0.05) for s in range(150)}
-    grads[130] = 9.0
+    grads[100] = 9.0  # a blip: the next logged point is back near 1, so no grad-norm spike
+    grads[130] = grads[131] = 9.0  # held for two logged points (grad_norm_spike_persist): a spike at the second
 
     def step(s: int) -> list[dict[str, object]]:
         loss: object = "NaN" if s == 140 else values[s]
@@ -133,9 +134,12 @@ def test_loss_and_grad_norm_spikes_and_nan(client: TestClient) -> None:
     _stream(client, "spiky", list(range(150)), step)
     alerts = client.get("/api/v1/alerts", params={"run_id": str(run["id"]), "limit": "500"}).json()
     found = sorted((a["rule"], a["step"]) for a in alerts)
-    assert found == [("grad_norm_spike", 130), ("loss_spike", 120), ("nan_loss", 140)]
+    assert found == [("grad_norm_spike", 131), ("loss_spike", 120), ("nan_loss", 140)]
     spike = next(a for a in alerts if a["rule"] == "loss_spike")
     assert 2.95 < spike["baseline"] < 3.05
+    assert "of the 16 values before" in spike["message"]  # the loss's own window (loss_spike_window)
+    held = next(a for a in alerts if a["rule"] == "grad_norm_spike")
+    assert "2 logged points in a row" in held["message"] and 1.0 < held["baseline"] < 1.2
     incidents = {i["rule"]: i for i in _incidents(client, run["id"])}
     assert set(incidents) == {"grad_norm_spike", "loss_spike", "nan_loss"}
     assert incidents["nan_loss"]["peak_value"] == "NaN" and "NaN" in incidents["nan_loss"]["summary"]
