@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
+from hyperwatch.hooks.schema import head_of
 from hyperwatch.monitor.api.deps import get_settings, get_store, require_read
 from hyperwatch.monitor.core.config import Settings
 from hyperwatch.monitor.core.errors import InvalidInputError
@@ -56,6 +57,35 @@ class _IndexCache:
 _index = _IndexCache()
 
 
+HEAD_METRIC = "attention_lse_max"
+"""The per-head indicator (``attention_lse_max.h<k>`` per layer) the heads x layers matrix draws."""
+
+
+@dataclass(frozen=True)
+class HeadMatrix:
+    """Each attention head's max LSE at a run's newest logged step: ``values[i][j]`` for layer
+    ``layers[i]`` and head ``heads[j]`` (None: that head reported nothing at ``step``; NaN kept)."""
+
+    run_id: int
+    name: str
+    step: int | None
+    layers: list[int]
+    heads: list[int]
+    values: list[list[float | None]]
+
+
+def head_matrix(run_id: int, index: Sequence[SeriesInfo]) -> HeadMatrix:
+    """The heads x layers matrix from the series index (each series' latest point): no extra read."""
+    cells = {(s.layer, h, s.step): s.value for s in index if s.layer is not None and (h := head_of(s.name)) is not None}
+    if not cells:
+        return HeadMatrix(run_id, HEAD_METRIC, None, [], [], [])
+    step = max(k[2] for k in cells)
+    layers = sorted({k[0] for k in cells})
+    heads = sorted({k[1] for k in cells})
+    values = [[cells.get((la, h, step)) for h in heads] for la in layers]
+    return HeadMatrix(run_id, HEAD_METRIC, step, layers, heads, values)
+
+
 @dataclass(frozen=True)
 class Reader:
     """The store and the settings a read needs; every method is what an API route answers."""
@@ -90,6 +120,10 @@ class Reader:
     ) -> LayerMatrix:
         """The layer x step matrix, buckets no narrower than the run's logging interval."""
         return layer_matrix(self.store, run, name, self.buckets(buckets), start, end)
+
+    def heads(self, run: Run) -> HeadMatrix:
+        """Per-head max LSE by layer at the run's newest logged step (the index's latest points)."""
+        return head_matrix(run.id, self.index(run))
 
     def token_map(self, run: Run, latest: Sequence[SeriesInfo]) -> TokenMap:
         return TokenMap.of(self.store, run, latest)

@@ -186,3 +186,24 @@ def test_spikes_in_the_open_tail_survive_downsampling(store: SqlStore, n: int, b
     got = {p.step: p.value for p in store.series(run.id, "loss", None, buckets, None, None).points}
     assert got[spike] == 1e6 and got[dip] == -1e6
     assert all(v == value(s) for s, v in got.items())
+
+
+def test_heads_by_layer_at_the_newest_step_keep_nan_and_say_what_is_missing(client: TestClient) -> None:
+    """GET /runs/{id}/heads: each head's attention_lse_max at the run's newest logged step, per layer.
+    A head that reported at an older step only is null at the newest one; NaN stays NaN."""
+    run = create_run(client, "heads")
+    old = [{"name": f"attention_lse_max.h{h}", "layer": la, "step": 0, "value": 1.0} for la in (0, 1) for h in range(3)]
+    new = [{"name": f"attention_lse_max.h{h}", "layer": la, "step": 10, "value": 10.0 * la + h}
+           for la in (0, 1) for h in range(3) if (la, h) != (1, 2)]  # fmt: skip
+    new[1]["value"] = "NaN"  # layer 0, head 1 (the wire's spelling of a NaN)
+    post_points(client, "heads", old)
+    post_points(client, "heads", [*new, {"name": "attention_lse_max", "layer": 0, "step": 10, "value": 2.0}])
+    body = client.get(f"/api/v1/runs/{run['id']}/heads").json()
+    assert body["name"] == "attention_lse_max" and body["step"] == 10
+    assert body["layers"] == [0, 1] and body["heads"] == [0, 1, 2]
+    assert body["values"] == [[0.0, "NaN", 2.0], [10.0, 11.0, None]]
+    empty = create_run(client, "no-heads")
+    assert client.get(f"/api/v1/runs/{empty['id']}/heads").json() == {
+        "run_id": empty["id"], "name": "attention_lse_max", "step": None, "layers": [], "heads": [], "values": [],
+    }  # fmt: skip
+    assert client.get("/api/v1/runs/999999/heads").status_code == 404

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field
 
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.schemas import (
@@ -14,6 +15,7 @@ from hyperwatch.monitor.schemas import (
     LayerMatrixOut,
     MetricName,
     SeriesOut,
+    WireFloat,
     XAxis,
 )
 from hyperwatch.monitor.store.entities import Run, Series
@@ -94,3 +96,21 @@ def layers(
     """The matrix the run page's heatmap draws: buckets no narrower than the run's logging interval."""
     m = read.layers(read.run(run_id), name, buckets, start, end)
     return LayerMatrixOut.model_validate(m)
+
+
+class HeadMatrixOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    run_id: int
+    name: str = Field(description="the per-head indicator: attention_lse_max (a head's max LSE over its queries)")
+    step: int | None = Field(description="the run's newest logged step with per-head values (null: none yet)")
+    layers: list[int]
+    heads: list[int]
+    values: list[list[WireFloat | None]] = Field(description="[layer][head] at `step`; null: not reported then")
+
+
+@router.get("/runs/{run_id}/heads", response_model=HeadMatrixOut, summary="Heads x layers: each head's max LSE now")
+def heads(run_id: int, read: ReaderDep) -> HeadMatrixOut:
+    """Each attention head's ceiling (``attention_lse_max.h<k>``: its max LSE over the step's queries,
+    so its max logit lies in [value - log T, value]) at the run's newest logged step, per layer:
+    the matrix a QK-clip-style watch needs to see which heads run away."""
+    return HeadMatrixOut.model_validate(read.heads(read.run(run_id)))
