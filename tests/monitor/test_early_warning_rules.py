@@ -77,3 +77,16 @@ def test_the_replay_reads_promtools_report() -> None:
     group = promtool_test([{'x{run="r"}': 1.0}, {}, {'x{run="r"}': float("nan")}], ["A"])
     assert group["input_series"] == [{"series": 'x{run="r"}', "values": "1.0 _ NaN"}]
     assert [c["eval_time"] for c in group["alert_rule_test"]] == ["0m", "1m", "2m"]
+
+
+def test_a_routing_collapse_is_warned_by_max_vio_not_by_a_router_z_spike(tmp_path: Path) -> None:
+    """The MoE at LR 0.03 without SqrtGate or the aux loss: its loss stayed healthy, its expert load
+    went wrong (busiest expert 4.9x its fair share over the last 10% of steps). Router Z climbs
+    through the warmup to 67.5 at its 11th logged step over a median of 38.2 (1.8x, above the
+    minimum of 50) but within 8 robust deviations of a window that is itself the climb: the
+    router-Z spike rule stays quiet, as the service's z_spike does (it fired here before the
+    deviation test); MaxVio warns at step 12 (3 scrapes in a row above its limit)."""
+    rec, first = _first_warning("router_wide", tmp_path)
+    assert first == {"HyperWatchMaxVioCollapse": 12}
+    deviation = [v for k, v in rec["series"].items() if k.startswith("hyperwatch_run_router_z_baseline_deviation")]
+    assert deviation and max(v for v in deviation[0] if v is not None) > 0  # the gauge the rule reads was recorded
