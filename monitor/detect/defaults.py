@@ -21,13 +21,15 @@ Values calibrated on ``bench/early_warning.py``'s table (README "Alerts"):
   ``sigma_spike_min_relative`` x |mean| (a flat series has no deviation to speak of). The loss
   looks back 16 logged points: over 128 the early descent swells the deviation and an LR bump's
   loss jump stays under 4 sigma (1.1 sigma where 16 points give 4.9-7.3). The grad norm keeps
-  OLMo-core's 128 and must be confirmed by the next logged point: a single-batch blip (7.4 sigma
-  on a healthy run) is as tall as an LR bump's, and the bump is the loss rule's to warn.
+  OLMo-core's 128 and must be confirmed by the next logged point: a one-point blip on a healthy
+  run (7.4 sigma) stands taller than an LR bump's (4.3 sigma), and the bump is the loss rule's.
 - ``max_vio_collapse``: a layer's MaxVio above ``max_vio_limit`` on ``max_vio_persist`` consecutive
   logged points (an efficiency guard, judged by expert load: a single point over the limit fired on
   healthy and gated runs whose load stayed even; 3 points kept both collapses of the benchmark at
   step 12 of 200 with no false alarm; Prometheus: ``for: 2m`` at one scrape per logged step).
-- ``z_spike`` (the older rule): a jump over the trailing median by robust deviations.
+- ``z_spike`` (the older rule): a jump over the trailing median by robust deviations. Prometheus
+  applies the same three tests to the max over layers, reading the median and its robust
+  deviation from gauges (without the deviation it fired on a healthy MoE's warmup climb).
 """
 
 from __future__ import annotations

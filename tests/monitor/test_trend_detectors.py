@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hyperwatch.monitor.detect.defaults import DEFAULT_THRESHOLDS
-from hyperwatch.monitor.detect.trends import fitted_log_rise, sigma_spike, theil_sen_slope
+from hyperwatch.monitor.detect.trends import fitted_log_rise, persistent_spike, sigma_spike, theil_sen_slope
 from tests.monitor.conftest import AUTH, create_run, post_points
 
 LAYERS = 4
@@ -60,6 +60,9 @@ def test_theil_sen_and_sigma_spike_on_plain_series() -> None:
     assert sigma_spike(3.5, flat, th)[0]
     assert not sigma_spike(3.02, flat, th)[0]
     assert not sigma_spike(3.5, flat[:5], th)[0]  # too little history
+    assert persistent_spike([3.5, 3.4], flat, th) == (True, pytest.approx(3.01, abs=1e-3))  # held: both above one bar
+    assert not persistent_spike([3.5, 3.01], flat, th)[0]  # a blip the next logged point does not repeat
+    assert not persistent_spike([3.5, math.nan], flat, th)[0]  # a NaN is no confirmation (it has its own rule)
 
 
 def test_steady_climb_is_one_growth_incident_not_one_alert_per_step(client: TestClient) -> None:
