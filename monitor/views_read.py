@@ -20,6 +20,7 @@ from hyperwatch.hooks.schema import head_of
 from hyperwatch.monitor.api.deps import get_settings, get_store, require_read
 from hyperwatch.monitor.core.config import Settings
 from hyperwatch.monitor.core.errors import InvalidInputError
+from hyperwatch.monitor.detect.defaults import thresholds_for
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import Alert, Group, LayerMatrix, Run, Series, SeriesInfo
 from hyperwatch.monitor.views import Agg, AggSeries, TokenMap, aggregate_series, group_runs, layer_matrix
@@ -124,6 +125,10 @@ class Reader:
     def heads(self, run: Run) -> HeadMatrix:
         """Per-head max LSE by layer at the run's newest logged step (the index's latest points)."""
         return head_matrix(run.id, self.index(run))
+
+    def thresholds(self, run: Run) -> dict[str, float]:
+        """The alert thresholds the detectors use for ``run``: its group's over the defaults."""
+        return thresholds_for(self.store.get_group(run.group_id).thresholds if run.group_id else None)
 
     def token_map(self, run: Run, latest: Sequence[SeriesInfo]) -> TokenMap:
         return TokenMap.of(self.store, run, latest)

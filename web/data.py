@@ -36,6 +36,7 @@ from hyperwatch.web.figures import (
     stability_figure,
     x_values,
 )
+from hyperwatch.web.heads import heads_figure
 from hyperwatch.web.scale import colours, esc, labels, order_by_size, size_axis
 from hyperwatch.web.sweeps import sweeps_payload
 
@@ -172,6 +173,14 @@ def run_indicator(
     live = live_cursor(run.last_step, buckets)
     live["alert_after"] = max((a.id for a in every_alert), default=0)
     return jsonable({"line": line_fig, "heatmap": heat, "per_layer": per_layer, "live": live})  # type: ignore[no-any-return]
+
+
+@router.get("/runs/{run_id}/heads")
+def run_heads(run_id: int, read: ReaderDep) -> dict[str, Any]:
+    """The heads x layers heatmap of ``attention_lse_max`` at the run's newest logged step, titled with
+    the ceiling its group's alert uses (the same matrix as GET /api/v1/runs/{id}/heads)."""
+    run = read.run(run_id)
+    return jsonable(heads_figure(read.heads(run), read.thresholds(run)["attention_lse_max_limit"]))  # type: ignore[no-any-return]
 
 
 @router.get("/alerts")

@@ -409,28 +409,40 @@ def _interp_x(step: int, steps: Sequence[int], xs: Sequence[float | None]) -> fl
 
 def heatmap_figure(run: Run, m: LayerMatrix, xs: Sequence[float | None], x: XAxis) -> dict[str, Any]:
     """Layer x step heatmap (each cell the layer's max over the bucket); non-finite cells marked red."""
+    data = heatmap_traces(m.name, list(xs), m.layers, m.values, "layer %{y}<br>%{x}<br>max %{z:.5g}", "at %{x}")
+    layout = base_layout(f"{esc(m.name)} per layer ({_bucket_words(m.bucket_width)})", X_TITLES[x], "layer", 300)
+    layout.pop("yaxis2")
+    layout["yaxis"] = {"title": {"text": "layer"}, "dtick": 1 if len(m.layers) <= 24 else None}
+    return {"data": data, "layout": layout, "meta": {"name": m.name, "layers": list(m.layers)}}
+
+
+def heatmap_traces(
+    name: str, xs: list[Any], ys: Sequence[int], rows: Sequence[Sequence[float | None]], hover: str, where: str
+) -> list[dict[str, Any]]:
+    """A heatmap of ``rows`` (one per ``ys``, cells at ``xs``) with its non-finite cells left blank
+    and marked by red crosses on top (a NaN or Inf is a training fact: shown, never coloured away)."""
     z: list[list[float | None]] = []
-    nf_x: list[float | None] = []
+    nf_x: list[Any] = []
     nf_y: list[int] = []
     nf_text: list[str] = []
-    for layer, row in zip(m.layers, m.values, strict=True):
+    for y, row in zip(ys, rows, strict=True):
         z.append([v if v is not None and math.isfinite(v) else None for v in row])
         for xv, v in zip(xs, row, strict=True):
             if v is not None and not math.isfinite(v):
                 nf_x.append(xv)
-                nf_y.append(layer)
+                nf_y.append(y)
                 nf_text.append(wire(v))
     data: list[dict[str, Any]] = [
         {
             "type": "heatmap",
-            "x": list(xs),
-            "y": list(m.layers),
+            "x": xs,
+            "y": list(ys),
             "z": z,
             "colorscale": "Viridis",
-            "colorbar": {"title": {"text": esc(m.name)}, "thickness": 12},
-            "hovertemplate": "layer %{y}<br>%{x}<br>max %{z:.5g}<extra></extra>",
-            "name": esc(m.name),
-            **({"zmin": 0.0} if m.name in RATIOS else {}),
+            "colorbar": {"title": {"text": esc(name)}, "thickness": 12},
+            "hovertemplate": hover + "<extra></extra>",
+            "name": esc(name),
+            **({"zmin": 0.0} if name in RATIOS else {}),
             **flat_colour_range(z),
         }
     ]
@@ -443,15 +455,12 @@ def heatmap_figure(run: Run, m: LayerMatrix, xs: Sequence[float | None], x: XAxi
                 "y": nf_y,
                 "text": nf_text,
                 "name": "non-finite",
-                "hovertemplate": "layer %{y}<br>%{text} at %{x}<extra></extra>",
+                "hovertemplate": f"layer %{{y}}<br>%{{text}} {where}<extra></extra>",
                 "marker": {"color": NONFINITE_COLOUR, "symbol": "x", "size": 9},
                 "meta": {"nonfinite": True},
             }
         )
-    layout = base_layout(f"{esc(m.name)} per layer ({_bucket_words(m.bucket_width)})", X_TITLES[x], "layer", 300)
-    layout.pop("yaxis2")
-    layout["yaxis"] = {"title": {"text": "layer"}, "dtick": 1 if len(m.layers) <= 24 else None}
-    return {"data": data, "layout": layout, "meta": {"name": m.name, "layers": list(m.layers)}}
+    return data
 
 
 def flat_colour_range(z: Sequence[Sequence[float | None]]) -> dict[str, float]:

@@ -66,12 +66,22 @@
       HW.el("li", {}, HW.el("b", { text: k }), " ", items[k])));
   }
 
+  const HEADS = "attention_lse_max"; // its per-head values get a heads x layers heatmap under its row
+
   function section(name) {
     const s = HW.el("section", { class: "run-row", id: "row-" + name },
       HW.el("div", { class: "fig line", id: "fig-" + name }),
       HW.el("div", { class: "fig heat", id: "heat-" + name }));
+    if (name === HEADS) s.append(HW.el("div", { class: "fig heads", id: "heads-" + name }));
     figures.append(s);
     return s;
+  }
+
+  /* Each head's max LSE per layer at the newest logged step (drawn anew: the matrix is small). */
+  async function drawHeads() {
+    const div = document.getElementById("heads-" + HEADS);
+    if (!div) return;
+    await HW.plot(div, await HW.api(`/ui/data/runs/${runId}/heads`));
   }
 
   function markFocus(div, name) {
@@ -98,6 +108,7 @@
       await controls.apply(line);
       await markFocus(line, name);
       if (body.heatmap) await HW.plot(heat, body.heatmap);
+      if (name === HEADS) await drawHeads();
       if (focus.name === name) line.scrollIntoView();
     } catch (err) {
       HW.fail(err);
@@ -143,6 +154,7 @@
       }
       n += HW.extendAlerts(line, r.alerts.filter((a) => a.name === name), HW.escHtml);
       if (n) draws.push(HW.redraw(line));
+      if (n && name === HEADS) draws.push(drawHeads());
     }
     await Promise.all(draws);
     HW.painted([[Number(runId), cursor]]);
