@@ -15,6 +15,8 @@ after the other in one invocation:
    machine's load does not read as the page's cost).
 
 Ingest is measured in every phase too (the writers' POST time, median): a live page must not slow it.
+``--stacks DIR`` keeps py-spy's raw stacks of each phase (``a.txt``, ``b.txt``, ``c.txt``; the
+sampling costs the service CPU too, the same in every phase, so the CPU figures read higher).
 Targets (issue 24): p95 <= 1 s; the page adds <= 10 % to the service's CPU.
 
     .venv/bin/python bench/live.py                 # 8 runs x 512 points/step, 2 steps/s per run, 30 s phases
@@ -29,7 +31,10 @@ import http.client
 import json
 import math
 import os
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -121,10 +126,21 @@ class Writer(threading.Thread):
             self.error = exc
 
 
-def cpu_share(pid: int, seconds: float) -> float:
+def cpu_share(pid: int, seconds: float, stacks: Path | None = None) -> float:
+    """The process's CPU share over ``seconds``; ``stacks``: py-spy's raw stacks of those seconds kept there."""
+    spy = None
+    if stacks is not None:
+        exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        cmd = [exe, "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "-o", str(stacks)]
+        spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # py-spy attaches
     c0, t0 = cpu_seconds(pid), time.monotonic()
     time.sleep(seconds)
-    return (cpu_seconds(pid) - c0) / (time.monotonic() - t0)
+    share = (cpu_seconds(pid) - c0) / (time.monotonic() - t0)
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(60)
+    return share
 
 
 def post_median_ms(writers: list[Writer], t0: float, t1: float) -> float:
@@ -145,7 +161,12 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=50, help="steps each run holds before the phases (default 50)")
     ap.add_argument("--page", choices=("run", "group"), default="run",
                     help="the open page: the first run's page (default) or the scale page of all 8 runs")  # fmt: skip
+    ap.add_argument("--stacks", type=Path, help="keep py-spy's raw stacks of each phase here (a.txt, b.txt, c.txt); "
+                    "the sampling costs CPU too, the same in every phase")  # fmt: skip
     args = ap.parse_args()
+    if args.stacks:
+        args.stacks.mkdir(parents=True, exist_ok=True)
+    where = (lambda phase: args.stacks / f"{phase}.txt") if args.stacks else (lambda phase: None)
     why = missing_browser()
     if why:
         print(f"live: cannot run: {why}", file=sys.stderr)
@@ -167,7 +188,7 @@ def main() -> int:
                 w.start()
             time.sleep(2.0)  # the writers in their stride
             t_a = time.time()
-            cpu_a = cpu_share(pid, args.seconds)
+            cpu_a = cpu_share(pid, args.seconds, where("a"))
             t_b = time.time()
             with chromium() as driver:
                 page = f"/runs/{watched}" if args.page == "run" else f"/groups/{writers[0].group_id}"
@@ -175,14 +196,14 @@ def main() -> int:
                 wait_ready(driver, 120)
                 driver.execute_script("window.hwLiveLog = []; document.body.dataset.livePolls = '0';")
                 t_b = time.time()
-                cpu_b = cpu_share(pid, args.seconds)
+                cpu_b = cpu_share(pid, args.seconds, where("b"))
                 t_c = time.time()
                 log = driver.execute_script("return window.hwLiveLog || [];")
                 answers = int(driver.execute_script("return document.body.dataset.livePolls || '0';"))
                 driver.get("about:blank")
             time.sleep(1.0)
             t_c2 = time.time()
-            cpu_c = cpu_share(pid, args.seconds)
+            cpu_c = cpu_share(pid, args.seconds, where("c"))
             t_d = time.time()
             stop.set()
             for w in writers:

@@ -13,7 +13,10 @@ draw the same numbers:
 
 Nothing here runs on the ingest path: the stream route waits on :mod:`monitor.live_notify` (the
 points route sets an event per stored batch; a slow fallback read covers other replicas), reads the
-runs' ``last_step`` (one primary key read per run) and builds a delta only for runs that moved.
+runs' ``last_step`` (``store.run_heads``: one small read) and builds a delta only for runs that moved.
+A page that keeps up asks for one new step: its points are each series' latest value, which the store
+keeps in memory for the batches this process stored (``store.newest_points``: served only while the
+run's row shows no other batch since, else read), so such an answer reads no point from the database.
 """
 
 from __future__ import annotations
@@ -60,11 +63,9 @@ class Cursor:
                 f"cursor: {text!r} is not '<run_id>:<last step drawn>[:<status>]' (e.g. '12:480:running')"
             ) from None
 
-    def moved(self, run: Run) -> bool:
-        """Whether ``run`` has points or a status the page has not drawn."""
-        return (run.last_step is not None and run.last_step > self.step) or (
-            self.status is not None and run.status != self.status
-        )
+    def moved(self, last_step: int | None, status: str) -> bool:
+        """Whether a run at ``last_step`` with ``status`` has points or a status the page has not drawn."""
+        return (last_step is not None and last_step > self.step) or (self.status is not None and status != self.status)
 
 
 class _RecentIndex:
@@ -213,34 +214,36 @@ def _downsampled(pts: Sequence[tuple[int, float]], buckets: int) -> list[tuple[i
     return [keep[s] for s in sorted(keep)]
 
 
-def _one_step(
-    run: Run, points: Sequence[SeriesInfo], modes: Sequence[str], step: int, tmap: TokenMap, x: XAxis
+def one_step(
+    run: Run, points: Sequence[tuple[str, int | None, float]], modes: Sequence[str], tmap: TokenMap, x: XAxis
 ) -> dict[str, dict[str, Any]]:
-    """:func:`fast_deltas` of one step (what a page that keeps up asks for): one column per name, so
-    no buckets; the same numbers (each layer's value, NaN wins, then the mean or the max)."""
-    by_name: dict[str, list[SeriesInfo]] = {}
-    for p in points:
-        by_name.setdefault(p.name, []).append(p)
+    """The delta of one new step, the run's last (what a page that keeps up asks for), from
+    ``store.newest_points``' ``(name, layer, value)``: one column per name, so no buckets; the
+    numbers :func:`fast_deltas` gives (each layer's value, NaN wins, then the mean or the max)."""
+    step = run.last_step if run.last_step is not None else 0
+    by_name: dict[str, list[tuple[int | None, float]]] = {}
+    for name, layer, value in points:
+        by_name.setdefault(name, []).append((layer, value))
     xs = x_values(run, [step], tmap.at([step]), x)
     if xs[0] is None:
         return {}
     one = {"step": [step], "x": xs}
     out: dict[str, dict[str, Any]] = {}
     for name, pts in by_name.items():
-        layered = sorted((p for p in pts if p.layer is not None), key=lambda p: p.layer or 0)
+        layered = sorted((p for p in pts if p[0] is not None), key=lambda p: p[0] or 0)
         if not layered:
-            out[name] = {"run": {**one, "y": [_wire(pts[0].value)]}}
+            out[name] = {"run": {**one, "y": [_wire(pts[0][1])]}}
             continue
-        values = [p.value for p in layered]
+        values = [v for _la, v in layered]
         found: dict[str, Any] = {}
         for agg in (m for m in modes if m in ("mean", "max")):
             found[agg] = {**one, "y": [_wire(_aggregate(values, agg))]}
         if "heat" in modes:
-            found["heat"] = {**one, "layers": [p.layer for p in layered], "width": 1,
+            found["heat"] = {**one, "layers": [la for la, _v in layered], "width": 1,
                              "z": [[_wire(v)] for v in values]}  # fmt: skip
-        for p in layered:
-            if str(p.layer) in modes:
-                found[str(p.layer)] = {**one, "y": [_wire(p.value)]}
+        for la, v in layered:
+            if str(la) in modes:
+                found[str(la)] = {**one, "y": [_wire(v)]}
         out[name] = found
     return out
 
@@ -255,20 +258,14 @@ def fast_deltas(
     latest: Sequence[SeriesInfo],
     tmap: TokenMap,
     x: XAxis,
-    fresh: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """:func:`delta_series` of every name at once from the raw new points (see :data:`FAST_STEPS`);
-    ``fresh``: ``latest`` was read after ``run`` (its latest points may then be the whole delta)."""
+    ``latest``: the series index, maybe a few seconds old (every known series' newest points are read)."""
     last = run.last_step if run.last_step is not None else after
     span = last - after
     nb = _buckets(after, last, every)
-    wanted = [s for s in latest if s.name in names]
-    keys = [(s.name, s.layer, last + 1) for s in wanted]
-    if span == 1 and fresh and all(s.step <= last for s in wanted):
-        # one new step and an index read after it: each series' latest point is the delta
-        return _one_step(run, [s for s in wanted if s.step == last], modes, last, tmap, x)
-    else:  # the index may be a few seconds old: read every known series' newest points
-        windows = store.trailing_points(run.id, keys, span) if keys else []
+    keys = [(s.name, s.layer, last + 1) for s in latest if s.name in names]
+    windows = store.trailing_points(run.id, keys, span) if keys else []
     by_name: dict[str, dict[int | None, list[tuple[int, float]]]] = {}
     for (name, layer, _), pts in zip(keys, windows, strict=True):
         by_name.setdefault(name, {})[layer] = [p for p in pts if p[0] > after]
@@ -372,15 +369,21 @@ def run_delta(
                              "series": {}, "alerts": []}  # fmt: skip
     if run.last_step is None or run.last_step <= cursor.step:
         return state
-    one_step = run.last_step - cursor.step == 1
-    latest = _index.refresh(store, run.id) if one_step else _index.get(store, run.id, names)
+    span = run.last_step - cursor.step
+    # one new step (a page that keeps up): each series' point there, from the store's memory of the
+    # batches this process stored while the run's row says nobody stored another since (else a read)
+    newest = store.newest_points(run.id, run.last_step) if span == 1 else None
+    latest = _index.get(store, run.id, names) if newest is None or x != "step" else []
     tmap = token_map_since(store, run, latest, cursor.step) if x != "step" else TokenMap((), None)
-    if run.last_step - cursor.step <= FAST_STEPS:
-        try:
-            state["series"] = fast_deltas(store, run, names, modes, cursor.step, every, latest, tmap, x, one_step)
-        except XAxisError as exc:  # the page said so on its first read; the delta stays empty
-            state["missing"] = str(exc)
-    else:
+    try:
+        if newest is not None:
+            wanted = set(names)
+            state["series"] = one_step(run, [p for p in newest if p[0] in wanted], modes, tmap, x)
+        elif span <= FAST_STEPS:
+            state["series"] = fast_deltas(store, run, names, modes, cursor.step, every, latest, tmap, x)
+    except XAxisError as exc:  # the page said so on its first read; the delta stays empty
+        state["missing"] = str(exc)
+    if newest is None and span > FAST_STEPS:
         for name in names:
             try:
                 found = delta_series(store, run, name, modes, cursor.step, every, latest, tmap, x)

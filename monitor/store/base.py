@@ -136,6 +136,18 @@ class Store(ABC):
     @abstractmethod
     def list_series(self, run_id: int) -> list[SeriesInfo]: ...
 
+    @abstractmethod
+    def run_heads(self, run_ids: Sequence[int]) -> dict[int, tuple[int | None, str]]:
+        """Each run's last step and status (a run not found is left out): what a live page's cursor is
+        compared with, in one small read."""
+
+    @abstractmethod
+    def newest_points(self, run_id: int, step: int) -> list[tuple[str, int | None, float]] | None:
+        """``(name, layer, value)`` of each series' point at ``step`` while ``step`` is still the run's
+        last step (``Run.last_step``), in :meth:`list_series` order; None once the run has moved past
+        it (read its points another way). What a live page draws for one new step: one primary-key read
+        when this process stored the run's last batch, a read of the run's latest values otherwise."""
+
     def trailing_values(self, run_id: int, name: str, layer: int | None, before_step: int, limit: int) -> list[float]:
         """The ``limit`` newest values strictly before ``before_step``, oldest first."""
         return self.trailing_windows(run_id, [(name, layer, before_step)], limit)[0]

@@ -57,36 +57,56 @@ class Duplicate(Exception):
 
 
 class LatestSteps:
-    """Per run: each series' latest stored step (by :func:`points.series_code`), as of an ingest token.
+    """Per run: each series' latest stored step and its value (by :func:`points.series_code`), as of an
+    ingest token: ``series_latest`` as the batch with that token left it.
 
     Thread-safe; keeps the ``MAX_CACHED_RUNS`` runs written most recently. Two writers of one run in
     this process may record their steps in either order: the older then stands, its token no longer
-    matches the row, and the next writer reads the steps again (a miss, never a wrong answer).
+    matches the row, and the next writer reads the steps again (a miss, never a wrong answer). The
+    live pages read the values (:meth:`newest`) the same way: only when the run's row still holds the
+    token they were recorded with (another process's write, or none recorded, is a miss and a read).
     """
 
     def __init__(self, max_runs: int = MAX_CACHED_RUNS) -> None:
-        self._runs: OrderedDict[int, tuple[int, dict[int, int]]] = OrderedDict()
+        self._runs: OrderedDict[int, tuple[int, dict[int, int], dict[int, float]]] = OrderedDict()
         self._lock = threading.Lock()
         self._max = max_runs
         self.hits = self.misses = 0  # for the tests and the benchmark
+        self.read_hits = self.read_misses = 0  # the live reads' (:meth:`newest`)
 
-    def get(self, run_id: int, token: int) -> dict[int, int] | None:
-        """The steps as of ``token`` (not to be changed: :meth:`put` a new dict), or None."""
+    def _entry(self, run_id: int, token: int) -> tuple[int, dict[int, int], dict[int, float]] | None:
+        found = self._runs.get(run_id)
+        return found if found is not None and found[0] == token else None
+
+    def get(self, run_id: int, token: int) -> tuple[dict[int, int], dict[int, float]] | None:
+        """The steps and values as of ``token`` (not to be changed: :meth:`put` new dicts), or None."""
         with self._lock:
-            found = self._runs.get(run_id)
-            if found is None or found[0] != token:
+            found = self._entry(run_id, token)
+            if found is None:
                 self.misses += 1
                 return None
             self._runs.move_to_end(run_id)
             self.hits += 1
-            return found[1]
+            return found[1], found[2]
 
-    def put(self, run_id: int, token: int, steps: dict[int, int]) -> None:
+    def put(self, run_id: int, token: int, steps: dict[int, int], values: dict[int, float]) -> None:
         with self._lock:
-            self._runs[run_id] = (token, steps)
+            self._runs[run_id] = (token, steps, values)
             self._runs.move_to_end(run_id)
             while len(self._runs) > self._max:
                 self._runs.popitem(last=False)
+
+    def newest(self, run_id: int, token: int, step: int) -> list[tuple[int, float]] | None:
+        """(series code, value) of every series whose latest step is ``step``, as of ``token``; None if
+        the run is not held as of that token."""
+        with self._lock:
+            found = self._entry(run_id, token)
+            if found is None:
+                self.read_misses += 1
+                return None
+            self.read_hits += 1
+            steps, values = found[1], found[2]
+        return [(code, values[code]) for code, s in steps.items() if s == step]
 
 
 def _lock_statement(by_name: bool, has_points: bool) -> Any:
@@ -172,9 +192,16 @@ def store_points(
     known = cache.get(run_id, prior)
     if known is None:
         known = latest_steps(conn, run_id)
+    known_steps, known_values = known
     codes = batch.codes.tolist()
-    before = np.array([known.get(c, -1) for c in codes], dtype=np.int64)
+    before = np.array([known_steps.get(c, -1) for c in codes], dtype=np.int64)
     moved, after = write_points(conn, run_id, token, batch, before)
-    steps = dict(known)
+    steps = dict(known_steps)
     steps.update(zip(codes, after.tolist()))
-    return moved, lambda: cache.put(run_id, token, steps)
+    # series_latest's rule (points._write_latest): a series' value is replaced when the batch reaches
+    # its latest step (a re-sent latest step too), never by a late step
+    newer = (batch.step[batch.ends - 1] >= before).tolist()
+    last_values = batch.value[batch.ends - 1].tolist()
+    values = dict(known_values)
+    values.update((c, v) for c, v, n in zip(codes, last_values, newer) if n)
+    return moved, lambda: cache.put(run_id, token, steps, values)

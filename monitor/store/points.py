@@ -208,9 +208,17 @@ class SortedBatch:
         return _point_rows(self, slice(None) if mask is None else mask)
 
 
+CODE_LAYER_BITS = 20
+
+
 def series_code(name_id: Any, layer: Any) -> Any:
     """One integer per series key (name_id, layer): layers run from -1 to MAX_LAYER (< 2^20 - 1)."""
-    return (name_id << 20) | (layer + 1)
+    return (name_id << CODE_LAYER_BITS) | (layer + 1)
+
+
+def layer_of(code: int) -> int:
+    """The (SQL) layer of a :func:`series_code`; its name id is ``code >> CODE_LAYER_BITS``."""
+    return (code & ((1 << CODE_LAYER_BITS) - 1)) - 1
 
 
 def point_rows(points: Sequence[Point] | PointColumns, name_ids: dict[str, int]) -> list[PointRow]:
@@ -422,8 +430,13 @@ def _insert_points(
         bulk_write(conn, "metric_points", _POINT_COLUMNS, _POINT_TYPES, rows, _POINT_KEY, _POINT_SET)
 
 
-def latest_steps(conn: Connection, run_id: int) -> dict[int, int]:
-    """Every series of the run: its code (:func:`series_code`) -> its latest stored step."""
+def latest_steps(conn: Connection, run_id: int) -> tuple[dict[int, int], dict[int, float]]:
+    """Every series of the run: its code (:func:`series_code`) -> its latest stored step, and -> the
+    value stored there (NaN for NULL)."""
     mark = "%s" if conn.dialect.name == "postgresql" else "?"
-    found = conn.exec_driver_sql(f"SELECT name_id, layer, step FROM series_latest WHERE run_id = {mark}", (run_id,))
-    return {series_code(n, la): s for n, la, s in found.cursor.fetchall()}
+    found = conn.exec_driver_sql(
+        f"SELECT name_id, layer, step, value FROM series_latest WHERE run_id = {mark}", (run_id,)
+    ).cursor.fetchall()
+    steps = {series_code(n, la): s for n, la, s, _v in found}
+    values = {series_code(n, la): from_sql_value(v) for n, la, _s, v in found}
+    return steps, values

@@ -57,6 +57,7 @@ class SqlStore(IncidentsMixin, SeriesMixin, Store):
         else:
             self.engine = url_or_engine
         self._name_ids: dict[str, int] = {}
+        self._id_names: dict[int, str] = {}
         self.hot_vacuum = HotVacuum(self.engine)
         self.latest_steps = LatestSteps()
 
@@ -91,6 +92,13 @@ class SqlStore(IncidentsMixin, SeriesMixin, Store):
         if nid is not None:
             self._name_ids[name] = int(nid)  # it existed before this transaction: safe to remember
         return nid
+
+    def _names_by_id(self) -> dict[int, str]:
+        """The names cached so far by id (the cache only grows: rebuilt when it has grown)."""
+        if len(self._id_names) != len(self._name_ids):
+            known = dict(self._name_ids)  # one C-level copy: other threads may add names meanwhile
+            self._id_names = {i: n for n, i in known.items()}
+        return self._id_names
 
     def _used_name_ids(self, conn: Connection, columns: PointColumns) -> dict[str, int]:
         """Ids of the names the points use (registered if new); a header's unused names get -1, stored nowhere."""

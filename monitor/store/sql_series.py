@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import Point
+from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.store import downsample as ds
 from hyperwatch.monitor.store import incidents
 from hyperwatch.monitor.store.base import Detector, DetectorFor
@@ -39,12 +40,14 @@ from hyperwatch.monitor.store.models import (
 )
 from hyperwatch.monitor.store.names import check_name_count
 from hyperwatch.monitor.store.points import (
+    CODE_LAYER_BITS,
     SortedBatch,
     api_layer,
     as_utc,
     claim_batch,
     dialect_insert,
     from_sql_value,
+    layer_of,
     now_utc,
     sql_layer,
     to_sql_value,
@@ -65,6 +68,12 @@ _SERIES_OF_RUN = (
     .order_by(MetricNameRow.name, SeriesLatestRow.layer)
 )
 """A run's latest value of each series, built once (the live pages ask for it on every logged step)."""
+
+_RUN_HEADS = select(RunRow.id, RunRow.last_step, RunRow.status).where(
+    RunRow.id.in_(bindparam("run_ids", expanding=True))
+)
+_RUN_HEAD = select(RunRow.last_step, RunRow.ingest_token).where(RunRow.id == bindparam("run_id"))
+_SERIES_AT = _SERIES_OF_RUN.where(SeriesLatestRow.step == bindparam("step"))
 
 
 class _ConnWindows:
@@ -100,6 +109,8 @@ class SeriesMixin:
         def _used_name_ids(self, conn: Connection, columns: PointColumns) -> dict[str, int]: ...
 
         def _get_run(self, conn: Connection, run_id: int) -> Run: ...
+
+        def _names_by_id(self) -> dict[int, str]: ...
 
     # -- points ----------------------------------------------------------------------------------
     def ingest(
@@ -213,6 +224,27 @@ class SeriesMixin:
             self._get_run(conn, run_id)
             rows = conn.execute(_SERIES_OF_RUN, {"run_id": run_id})
             return [SeriesInfo(n, api_layer(la), s, from_sql_value(v)) for n, la, s, v in rows]
+
+    def run_heads(self, run_ids: Sequence[int]) -> dict[int, tuple[int | None, str]]:
+        with managed(self.engine, f"read the progress of runs {list(run_ids)[:10]}") as conn:
+            return {rid: (last, status) for rid, last, status in conn.execute(_RUN_HEADS, {"run_ids": list(run_ids)})}
+
+    def newest_points(self, run_id: int, step: int) -> list[tuple[str, int | None, float]] | None:
+        with managed(self.engine, f"read the newest points of run {run_id}") as conn:
+            head = conn.execute(_RUN_HEAD, {"run_id": run_id}).first()
+            if head is None:
+                raise NotFoundError(f"run id {run_id} not found; list runs with GET /api/v1/runs")
+            if head.last_step != step:
+                return None
+            # what this process recorded with the token the run's row holds is series_latest now
+            cached = self.latest_steps.newest(run_id, int(head.ingest_token), step)
+            names = self._names_by_id() if cached else {}
+            if cached is not None and all(code >> CODE_LAYER_BITS in names for code, _v in cached):
+                found = [(names[code >> CODE_LAYER_BITS], layer_of(code), v) for code, v in cached]
+                found.sort(key=lambda p: (p[0], p[1]))
+                return [(n, api_layer(la), v) for n, la, v in found]
+            rows = conn.execute(_SERIES_AT, {"run_id": run_id, "step": step})
+            return [(n, api_layer(la), from_sql_value(v)) for n, la, _s, v in rows]
 
     def trailing_points(
         self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int

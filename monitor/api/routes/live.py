@@ -32,8 +32,9 @@ per bucket of `every` steps (each layer's max per bucket, so spikes survive), `l
 heatmap's new columns, `line=<n>` layer n; a run-level metric answers under `run`. Alerts with an
 id above `alert_after` come with their run. Send the returned `cursor` of each run next time.
 Non-finite values are the strings "NaN", "Infinity", "-Infinity". Nothing is computed on the
-ingest path (it only sets the waiting requests' events): a waiting page costs one small read per
-run when its runs move, and every {FALLBACK_S} s."""
+ingest path (it only sets the waiting requests' events): a waiting page costs one small read of its
+runs when they move, and every {FALLBACK_S} s; one new step is answered from the values the store
+kept of the batches this service stored (a read of the latest values when another replica stored it)."""
 
 
 def _parse(cursors: list[str]) -> dict[int, Cursor]:
@@ -90,19 +91,26 @@ async def live(
 
     def attempt(last: bool) -> tuple[bytes | None, list[int]]:
         """One trip to a worker thread: the runs read, and the answer if there is news (or ``last``)."""
-        runs = read_runs()
+        if group_id is None and not last:  # has any run moved? one small read (a page asks about as often)
+            heads = store.run_heads(list(cursors))
+            if all(rid in heads and not c.moved(*heads[rid]) for rid, c in cursors.items()):
+                return None, list(cursors)
+        runs = read_runs()  # a run not found: 404
         added = [r.id for r in runs if r.id not in cursors]
-        if last or added or any(cursors[r.id].moved(r) for r in runs if r.id in cursors):
+        if last or added or any(cursors[r.id].moved(r.last_step, r.status) for r in runs if r.id in cursors):
             return build(runs, added), []
         return None, [r.id for r in runs]
 
     deadline = time.monotonic() + wait
+    woken = True  # the page has just asked: it is there
     while True:
         body, ids = await anyio.to_thread.run_sync(attempt, time.monotonic() >= deadline)
         if body is not None:
             return Response(body, media_type="application/json")
-        if await request.is_disconnected():
+        # a page that went away is not waited for: asked after a wait without news (the question costs
+        # about as much as the read; with news every step it would be asked for every answer)
+        if not woken and await request.is_disconnected():
             return Response(status_code=204)  # nobody reads it
         # woken by a batch of one of these runs stored here, else read again after FALLBACK_S (other
         # replicas, status changes); nothing is read while neither happens
-        await news.wait_any(ids, max(0.0, min(deadline - time.monotonic(), FALLBACK_S)))
+        woken = await news.wait_any(ids, max(0.0, min(deadline - time.monotonic(), FALLBACK_S)))
