@@ -4,6 +4,7 @@ read by the same rules as the first read (so a live page and a reload draw the s
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import threading
 from typing import Any
@@ -186,3 +187,29 @@ def test_a_waiting_page_is_answered_by_the_next_batch(client: TestClient, monkey
     (run,) = got[0]["runs"]
     assert run["cursor"] == 3 and run["series"]["loss"]["run"]["y"] == [4.5]
     assert rid not in live_notify.news._waiters
+
+
+def test_the_stream_moves_the_cursor_itself(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GET /api/v1/live/stream: one request, one server-sent event per answer; each answer carries only
+    the steps after the previous one (the stream moved the cursor), and the stream ends after `wait`
+    with a last answer."""
+    rid = _seed(client, "s", range(3))
+    monkeypatch.setattr(live_route, "FALLBACK_S", 30.0)
+    raw: list[str] = []
+    params = {"cursor": f"{rid}:2:running", "name": "loss", "wait": 3, "gap": 0}
+    ask = threading.Thread(target=lambda: raw.append(client.get("/api/v1/live/stream", params=params).text))
+    ask.start()
+    seen: set[object] = set()
+    for step in (3, 4):
+        while not (waiting := set(live_notify.news._waiters.get(rid, ())) - seen):  # the stream waits anew
+            ask.join(0.01)
+            assert ask.is_alive(), raw
+        seen |= waiting
+        post_points(client, "s", [{"name": "loss", "layer": None, "step": step, "value": 5.0 - step}])
+    ask.join()
+    events = [json.loads(e.removeprefix("data: ")) for e in raw[0].split("\n\n") if e.startswith("data: ")]
+    steps = [ev["runs"][0]["series"].get("loss", {}).get("run", {}).get("step", []) for ev in events]
+    assert steps[:2] == [[3], [4]] and all(s == [] for s in steps[2:]), steps
+    assert [ev["runs"][0]["cursor"] for ev in events[:2]] == [3, 4]
+    r = client.get("/api/v1/live/stream", params={"cursor": f"{rid}:1", "name": "loss", "gap": 99})
+    assert r.status_code in (400, 422) and "gap" in r.text

@@ -119,15 +119,23 @@ def test_run_page_updates_while_the_run_streams(svc: Live, browser: Any, artifac
         ),
         20,
     )
+    # one request streams the answers (GET /api/v1/live/stream): a step at a time, each drawn
+    counts = "return [document.body.dataset.livePolls, document.body.dataset.liveStreams].map(Number)"
+    answers, streams = browser.execute_script(counts)
+    for step in range(20, 24):
+        run.steps(range(step, step + 1))
+        wait_for(browser, lambda d, s=step: last_x(d, "fig-loss") == s, 20)
+    more, opened = browser.execute_script(counts)
+    assert more - answers >= 4 and opened - streams <= 1, (answers, more, streams, opened)
     # status and last step follow the run
-    wait_for(browser, lambda d: "last step 19" in d.find_element("id", "run-meta").text, 20)
+    wait_for(browser, lambda d: "last step 23" in d.find_element("id", "run-meta").text, 20)
     run.finish()
     wait_for(browser, lambda d: "status finished" in d.find_element("id", "run-meta").text, 20)
     assert figure_fetches(browser) == fetched  # only the live deltas travelled, never a figure again
     assert console_errors(browser) == []
     shot(browser, artifacts, "live-run-page.png")
     # a reload draws the same line the live page built
-    live_loss = line["y"]
+    live_loss = browser.execute_script("return document.getElementById('fig-loss').data[0].y")
     browser.get(f"{svc.base}/runs/{run.id}?live=0")
     wait_ready(browser)
     reloaded = browser.execute_script("return document.getElementById('fig-loss').data[0].y")

@@ -50,8 +50,9 @@ const HW = (() => {
     });
   }
 
-  /* GET JSON; asks for the read token on 401/403 and retries; errors carry the service's message. */
-  async function api(path, params) {
+  /* GET path with params, asking for the read token on 401/403 (three times); the response when 2xx,
+     else an error carrying the service's message. */
+  async function request(path, params, signal) {
     const url = new URL(path, location.origin);
     for (const [k, v] of Object.entries(params || {})) {
       if (Array.isArray(v)) v.forEach((x) => url.searchParams.append(k, x));
@@ -60,16 +61,19 @@ const HW = (() => {
     for (let attempt = 0; attempt < 3; attempt++) {
       const t = HW.memoryToken || token();
       const headers = t ? { Authorization: "Bearer " + t } : {};
-      const r = await fetch(url, { headers });
+      const r = await fetch(url, { headers, signal });
       if (r.status === 401 || r.status === 403) { await askToken(); continue; }
+      if (r.ok) return r;
       const body = await r.json().catch(() => null);
-      if (!r.ok) {
-        const detail = body && (body.message || body.detail);
-        throw new Error(typeof detail === "string" ? detail : `${r.status} ${r.statusText} for ${url.pathname}`);
-      }
-      return body;
+      const detail = body && (body.message || body.detail);
+      throw new Error(typeof detail === "string" ? detail : `${r.status} ${r.statusText} for ${url.pathname}`);
     }
     throw new Error("the read token was refused three times");
+  }
+
+  /* GET JSON (see request). */
+  async function api(path, params) {
+    return (await request(path, params)).json();
   }
 
   /* Track figures in flight: body[data-ready] = "1" once every started figure is drawn. */
@@ -329,34 +333,69 @@ const HW = (() => {
     }));
   }
 
-  /* Poll the live stream until stop(): params() gives the request (cursors etc.; null: not now),
-     onNews(body, params) draws it (and drops an answer to params the page has moved on from); at
-     most one request per gapMs.
-     The request itself waits on the server until a run moves, so an idle page costs one request per 10 s. */
+  /* What a stream of the live news assumes the page asks next, once the page has drawn body: each
+     run's cursor and status as answered, alert_after past the alerts sent (GET /api/v1/live/stream). */
+  function nextAsk(p, body) {
+    const q = Object.assign({}, p);
+    const now = new Map(body.runs.map((r) => [String(r.id), `${r.id}:${r.cursor}:${r.status}`]));
+    const move = (c) => now.get(String(c).split(":")[0]) || c;
+    if (p.cursor !== undefined) q.cursor = Array.isArray(p.cursor) ? p.cursor.map(move) : move(p.cursor);
+    if (p.alert_after !== undefined) {
+      q.alert_after = Math.max(p.alert_after, ...body.runs.flatMap((r) => r.alerts.map((a) => a.id)));
+    }
+    return q;
+  }
+
+  function sameAsk(a, b) {
+    const key = (p) => JSON.stringify(Object.keys(p).sort().map((k) =>
+      [k, k === "cursor" && Array.isArray(p[k]) ? p[k].slice().sort() : p[k]]));
+    return !!a && !!b && key(a) === key(b);
+  }
+
+  /* Draw the live news until stop(): params() gives the question (cursors etc.; null: not now),
+     onNews(body, params) draws an answer (and drops one to params the page has moved on from).
+     One request streams many answers (GET /api/v1/live/stream, server-sent events: the server moves
+     the cursors on as it answers, at most one answer per gapMs, so the news of gapMs gather into one);
+     when the page's params() differ from what the stream assumes (the page redrew, changed its axis,
+     has runs to add), or after the stream's 10 s, the page asks again with its own params. */
   function live(params, onNews, gapMs) {
-    let stopped = false;
+    let stopped = false, ctrl = null;
+    const pause = (ms) => new Promise((r) => setTimeout(r, ms));
     (async () => {
       while (!stopped) {
         try {
           const p = params();
-          if (!p) { await new Promise((r) => setTimeout(r, 500)); continue; }
-          const asked = performance.now();
-          const body = await api("/api/v1/live", Object.assign({ wait: 10 }, p));
-          if (stopped) break;
-          await onNews(body, p);
-          /* the news of gapMs gather into one answer (8 runs logging twice a second
-             would otherwise be 16 answers a second) */
-          const rest = (gapMs || 0) - (performance.now() - asked);
-          if (rest > 0) await new Promise((r) => setTimeout(r, rest));
-          document.body.dataset.livePolls = String(Number(document.body.dataset.livePolls || 0) + 1);
+          if (!p) { await pause(500); continue; }
+          ctrl = new AbortController();
+          document.body.dataset.liveStreams = String(Number(document.body.dataset.liveStreams || 0) + 1);
+          const r = await request("/api/v1/live/stream", Object.assign({ wait: 10, gap: (gapMs || 0) / 1000 }, p),
+            ctrl.signal);
+          const reader = r.body.getReader(), text = new TextDecoder();
+          let buf = "", ask = p, same = true;
+          while (same && !stopped) {
+            const { value, done } = await reader.read();
+            if (done) break;
+            buf += text.decode(value, { stream: true });
+            for (let end = buf.indexOf("\n\n"); end >= 0 && same && !stopped; end = buf.indexOf("\n\n")) {
+              const event = buf.slice(0, end);
+              buf = buf.slice(end + 2);
+              if (!event.startsWith("data: ")) continue;
+              const body = JSON.parse(event.slice(6));
+              await onNews(body, p);
+              document.body.dataset.livePolls = String(Number(document.body.dataset.livePolls || 0) + 1);
+              ask = nextAsk(ask, body);
+              same = sameAsk(params(), ask);
+            }
+          }
+          ctrl.abort(); // the stream the page moved on from (or the one that ended)
         } catch (err) {
-          if (stopped) break;
+          if (stopped || (err && err.name === "AbortError")) continue;
           fail(err);
-          await new Promise((r) => setTimeout(r, 2000));
+          await pause(2000);
         }
       }
     })();
-    return { stop() { stopped = true; } };
+    return { stop() { stopped = true; if (ctrl) ctrl.abort(); } };
   }
 
   return { el, api, status, plot, begin, end, ema, applySmoothing, applyLogY, wireControls, fmtCount, parseCount,

@@ -10,6 +10,7 @@
   const aggSel = document.getElementById("agg");
   const controls = HW.wireControls(rows);
   const gl = new URLSearchParams(location.search).get("gl") === "1";
+  const noLive = new URLSearchParams(location.search).get("live") === "0"; // drawn once (bench/live.py's control)
   let generation = 0;
   /* live: each run's cursor (the smallest of its figures'), what GET /api/v1/live takes */
   let cursors = {};
@@ -136,7 +137,7 @@
     HW.begin();
     try {
       await Promise.all(INDICATORS.map((n) => drawOne(n, gen)));
-      if (gen === generation && !stream) stream = HW.live(liveParams, onNews, 500);
+      if (gen === generation && !stream && !noLive) stream = HW.live(liveParams, onNews, 500);
     } finally {
       HW.end();
     }

@@ -81,7 +81,19 @@
   async function drawHeads() {
     const div = document.getElementById("heads-" + HEADS);
     if (!div) return;
+    headsAt = performance.now();
     await HW.plot(div, await HW.api(`/ui/data/runs/${runId}/heads`));
+  }
+
+  /* While the run streams the heatmap is read again at most every HEADS_GAP_MS (one more request per
+     logged step would double what an open page asks of the service); the last news is always drawn. */
+  const HEADS_GAP_MS = 5000;
+  let headsAt = 0, headsLater = null;
+  function liveHeads() {
+    const wait = HEADS_GAP_MS - (performance.now() - headsAt);
+    if (wait <= 0) return drawHeads();
+    if (!headsLater) headsLater = setTimeout(() => { headsLater = null; drawHeads().catch(HW.fail); }, wait);
+    return Promise.resolve();
   }
 
   function markFocus(div, name) {
@@ -154,7 +166,7 @@
       }
       n += HW.extendAlerts(line, r.alerts.filter((a) => a.name === name), HW.escHtml);
       if (n) draws.push(HW.redraw(line));
-      if (n && name === HEADS) draws.push(drawHeads());
+      if (n && name === HEADS) draws.push(liveHeads());
     }
     await Promise.all(draws);
     HW.painted([[Number(runId), cursor]]);
