@@ -8,6 +8,7 @@ the PostgreSQL tests skip locally and fail under CI=true.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 
@@ -115,3 +116,14 @@ def post_points(
     assert r.status_code in (200, 201), r.text
     out: dict[str, object] = r.json()
     return out
+
+
+def promtool() -> str:
+    """promtool's path; missing: a failure in CI, else a skip that says how to install it."""
+    found = shutil.which("promtool")
+    if found is None:
+        message = "promtool is missing; install it with: bash scripts/system-deps.sh"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found

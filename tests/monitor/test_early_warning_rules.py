@@ -6,8 +6,6 @@ first 25% of training, a healthy run never."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -18,17 +16,9 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from ew_prom import fired, from_columns, minutes, promtool_test, replay, to_columns  # noqa: E402
 
+from tests.monitor.conftest import promtool  # noqa: E402
+
 SERIES = Path(__file__).parent / "data" / "ew_series"
-
-
-def _promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        message = "promtool is missing; install it with: bash scripts/system-deps.sh"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
 
 
 def _load(name: str) -> dict:
@@ -38,7 +28,7 @@ def _load(name: str) -> dict:
 def _first_warning(name: str, tmp_path: Path) -> tuple[dict, dict[str, int]]:
     rec = _load(name)
     rec["scrapes"] = from_columns(rec["series"])
-    at = replay({rec["run"]: rec["scrapes"]}, REPO / "prometheus" / "rules.yml", tmp_path, _promtool())
+    at = replay({rec["run"]: rec["scrapes"]}, REPO / "prometheus" / "rules.yml", tmp_path, promtool())
     return rec, {alert: rec["logged_steps"][idx[0]] for alert, idx in at[rec["run"]].items()}
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +19,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.monitor.conftest import create_run, post_points
+from tests.monitor.conftest import create_run, post_points, promtool
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
@@ -97,20 +95,10 @@ def _case(name: str) -> tuple[list[int], Columns]:
     return steps, cols
 
 
-def _promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        message = "promtool is missing; install it with: bash scripts/system-deps.sh"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
-
-
 @pytest.fixture(scope="module")
 def prometheus_first(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, int]]:
     """Per case, the first logged step each Prometheus alert fired at (one promtool run for all)."""
-    tool = _promtool()
+    tool = promtool()
     runs: dict[str, tuple[list[int], Any]] = {}
     for name in CASES:
         steps, cols = _case(name)

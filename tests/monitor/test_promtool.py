@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
+
+from tests.monitor.conftest import promtool
 
 RULES = Path(__file__).resolve().parents[2] / "prometheus"
 
 
-def _promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        message = "promtool is missing; install it with: bash scripts/system-deps.sh"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
-
-
 def test_check_rules() -> None:
     r = subprocess.run(
-        [_promtool(), "check", "rules", "rules.yml"], cwd=RULES, capture_output=True, text=True, timeout=120
+        [promtool(), "check", "rules", "rules.yml"], cwd=RULES, capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 0, r.stdout + r.stderr
     rules = yaml.safe_load((RULES / "rules.yml").read_text())
@@ -35,7 +24,7 @@ def test_check_rules() -> None:
 
 def test_rule_unit_tests() -> None:
     r = subprocess.run(
-        [_promtool(), "test", "rules", "rules_test.yml"], cwd=RULES, capture_output=True, text=True, timeout=120
+        [promtool(), "test", "rules", "rules_test.yml"], cwd=RULES, capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SUCCESS" in r.stdout + r.stderr
@@ -46,5 +35,5 @@ def test_check_config(tmp_path: Path) -> None:
     cfg = (RULES / "prometheus.yml").read_text().replace("/etc/prometheus/rules.yml", str(RULES / "rules.yml"))
     path = tmp_path / "prometheus.yml"
     path.write_text(cfg)
-    r = subprocess.run([_promtool(), "check", "config", str(path)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([promtool(), "check", "config", str(path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -191,7 +191,7 @@ async def _events(page: Watch, wait: float, gap: float) -> AsyncIterator[bytes]:
 )
 async def live_stream(
     page: WatchDep,
-    wait: Annotated[float, Query(ge=0, le=60, description="seconds the stream lasts")] = 30.0,
+    wait: Annotated[float, Query(ge=0, le=30, description="seconds the stream lasts")] = 10.0,
     gap: Annotated[float, Query(ge=0, le=10, description="seconds at least between two answers")] = 0.5,
 ) -> StreamingResponse:
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # a proxy must not hold events back
