@@ -17,6 +17,7 @@ model's outputs and gradients are bit-identical with and without them.
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -160,7 +161,7 @@ class Probe:
             self.handles = []
 
 
-class OutputHookProbe(Probe):
+class OutputHookProbe(Probe, ABC):
     """A probe that measures one module's output from a forward hook: subclasses define ``_measure``."""
 
     module: nn.Module
@@ -172,8 +173,9 @@ class OutputHookProbe(Probe):
         if self.live():
             self.guard(lambda: self._measure(output))
 
+    @abstractmethod
     def _measure(self, output: Any) -> None:
-        raise NotImplementedError
+        """What the probe computes from the hooked module's output (on logged steps only)."""
 
 
 class BranchProbe(OutputHookProbe):

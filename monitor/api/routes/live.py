@@ -5,7 +5,7 @@ itself (``GET /api/v1/live/stream``: what the pages use, one request for many an
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -133,6 +133,30 @@ async def watch(
 WatchDep = Annotated[Watch, Depends(watch)]
 
 
+def _pause(deadline: float) -> float:
+    """How long to wait for news: until the deadline, at most FALLBACK_S (then the runs are read again:
+    other replicas, status changes)."""
+    return max(0.0, min(deadline - time.monotonic(), FALLBACK_S))
+
+
+async def _next(
+    page: Watch, deadline: float, woken: bool, gone: Callable[[], Awaitable[bool]] | None = None
+) -> tuple[tuple[dict[str, Any], bytes], bool] | None:
+    """The page's next answer and whether it is the last (the deadline passed); waits on the news of
+    batches stored here, else reads again every FALLBACK_S; nothing is read while neither happens.
+    None when ``gone()`` says nobody reads it any more: asked after a wait without news, not when a
+    batch was just stored (the question costs about as much as the read)."""
+    started = time.monotonic()
+    while True:
+        last = time.monotonic() >= deadline
+        found, ids = await anyio.to_thread.run_sync(page.attempt, last, woken)
+        if found is not None:
+            return found, last
+        if gone is not None and not woken and time.monotonic() - started >= FALLBACK_S and await gone():
+            return None
+        woken = await news.wait_any(ids, _pause(deadline))
+
+
 @router.get(
     "/live",
     summary="New points since a page's cursor (long poll)",
@@ -145,41 +169,29 @@ async def live(
     page: WatchDep,
     wait: Annotated[float, Query(ge=0, le=30, description="seconds to wait for news")] = 10.0,
 ) -> Response:
-    started = time.monotonic()
-    deadline, woken = started + wait, False
-    while True:
-        found, ids = await anyio.to_thread.run_sync(page.attempt, time.monotonic() >= deadline, woken)
-        if found is not None:
-            return Response(found[1], media_type="application/json")
-        # a page that went away is not waited for: asked after a wait without news, not when it has just
-        # asked or a batch was just stored (the question costs about as much as the read)
-        if not woken and time.monotonic() - started >= FALLBACK_S and await request.is_disconnected():
-            return Response(status_code=204)  # nobody reads it
-        # woken by a batch of one of these runs stored here, else read again after FALLBACK_S (other
-        # replicas, status changes); nothing is read while neither happens
-        woken = await news.wait_any(ids, max(0.0, min(deadline - time.monotonic(), FALLBACK_S)))
+    got = await _next(page, time.monotonic() + wait, False, request.is_disconnected)
+    if got is None:
+        return Response(status_code=204)  # nobody reads it
+    return Response(got[0][1], media_type="application/json")
 
 
 async def _events(page: Watch, wait: float, gap: float) -> AsyncIterator[bytes]:
     """The stream's answers; a page that goes away cancels it (Starlette listens for the disconnect)."""
     deadline, woken = time.monotonic() + wait, False
     while True:
-        last = time.monotonic() >= deadline
-        found, ids = await anyio.to_thread.run_sync(page.attempt, last, woken)
-        if found is None:
-            # woken by a batch stored here, else read again after FALLBACK_S (other replicas, status)
-            woken = await news.wait_any(ids, max(0.0, min(deadline - time.monotonic(), FALLBACK_S)))
-            continue
-        yield b"data: " + found[1] + b"\n\n"
-        if last or found[0]["added"]:
+        got = await _next(page, deadline, woken)
+        assert got is not None  # without gone(), _next always answers
+        (answer, body), last = got
+        yield b"data: " + body + b"\n\n"
+        if last or answer["added"]:
             return
-        page.advance(found[0])
+        page.advance(answer)
         counts = {rid: news.count(rid) for rid in page.cursors}
         await anyio.sleep(gap)
         # a batch stored here during the gap: answer now; else wait for one (the cursors are current)
         woken = any(news.count(rid) != n for rid, n in counts.items())
         if not woken:
-            woken = await news.wait_any(page.cursors, max(0.0, min(deadline - time.monotonic(), FALLBACK_S)))
+            woken = await news.wait_any(page.cursors, _pause(deadline))
 
 
 @router.get(
