@@ -67,6 +67,14 @@ class LayerSpec:
     attention_scale: float = 1.0  # the residual receives scale * output (e.g. Granite's residual_multiplier)
     mlp_scale: float = 1.0
 
+    def expected(self) -> list[str]:
+        """The indicators this layer's modules should give on a logged step."""
+        names = list(BRANCH_KEYS["attention"]) if self.attention is not None else []
+        names += list(BRANCH_KEYS["mlp"]) if self.mlp is not None else []
+        if self.router is not None:
+            names += ["router_z"] + (["max_vio"] if self.n_experts > 0 else [])
+        return names
+
 
 @dataclass
 class ModelPlan:

@@ -467,14 +467,7 @@ class Monitor:
         self._checked_missing = True
         for spec in self.plan.layers:
             got = dict(layers[spec.index].items())
-            expected = []
-            if spec.attention is not None:
-                expected += ["attention_z", "attention_rms", "attention_outlier_ratio"]
-            if spec.mlp is not None:
-                expected += ["mlp_rms", "mlp_outlier_ratio"]
-            if spec.router is not None:
-                expected += ["router_z"] + (["max_vio"] if spec.n_experts > 0 else [])
-            for name in expected:
+            for name in spec.expected():
                 key = f"{name}@{spec.index}"
                 if name not in got and key not in self._reported:
                     self._report(key, "no value was measured on the first logged step (no forward reached it?)")

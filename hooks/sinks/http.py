@@ -390,42 +390,35 @@ class HttpSink(Sink):
                 log.info("hooks: run %r is at %s", self.run.name, self.page_url())
             return self._ok()
         update_file = self.folder / UPDATE_FILE
-        if update_file.is_file():
-            with self._write_lock:
-                fields = read_json(update_file)
-            resp = client.request(
-                "PATCH", client.api(self.url, f"/api/v1/runs/{self.run_id}"), fields, self.token, self.timeout
-            )
-            kind = client.classify(resp)
-            if kind == client.DELIVERED or kind == client.REFUSED:
-                if kind == client.REFUSED:  # an older service without the field: the data matter more
-                    log.warning("hooks: the service refused the run fields %s: %s", sorted(fields), resp.body)
-                with self._write_lock:
-                    if read_json(update_file) == fields:  # not extended meanwhile
-                        update_file.unlink(missing_ok=True)
-                return self._ok()
-            if kind == client.UNKNOWN_RUN:
-                self.run_id = None
-            return self._fail("updating the run", resp)
+        if update_file.is_file():  # a refusal (an older service without the field): the data matter more
+            return self._patch(update_file, "updating the run", logging.WARNING)
         files = pending_files(self.folder)
         if files:
             return self._send(files)
         status_file = self.folder / STATUS_FILE
         if status_file.is_file():
-            status = read_json(status_file)
-            resp = client.request(
-                "PATCH", client.api(self.url, f"/api/v1/runs/{self.run_id}"), status, self.token, self.timeout
-            )
-            kind = client.classify(resp)
-            if kind == client.DELIVERED or kind == client.REFUSED:
-                if kind == client.REFUSED:
-                    log.error("hooks: the service refused the run status %s: %s", status, resp.body)
-                status_file.unlink(missing_ok=True)
-                return self._ok()
-            if kind == client.UNKNOWN_RUN:
-                self.run_id = None
-            return self._fail("setting the run status", resp)
+            return self._patch(status_file, "setting the run status", logging.ERROR)
         return "idle"
+
+    def _patch(self, path: Path, what: str, refused_level: int) -> str:
+        """PATCH the run with the fields spooled in ``path``; the file goes once the service answered
+        (delivered, or refused and logged at ``refused_level``), unless it was extended meanwhile."""
+        with self._write_lock:
+            fields = read_json(path)
+        resp = client.request(
+            "PATCH", client.api(self.url, f"/api/v1/runs/{self.run_id}"), fields, self.token, self.timeout
+        )
+        kind = client.classify(resp)
+        if kind == client.DELIVERED or kind == client.REFUSED:
+            if kind == client.REFUSED:
+                log.log(refused_level, "hooks: the service refused %s %s: %s", what, fields, resp.body)
+            with self._write_lock:
+                if read_json(path) == fields:
+                    path.unlink(missing_ok=True)
+            return self._ok()
+        if kind == client.UNKNOWN_RUN:
+            self.run_id = None
+        return self._fail(what, resp)
 
     def not_found_message(self) -> str:
         """Why creating the run got a 404: the URL is not the service's base URL."""
