@@ -11,10 +11,19 @@ import importlib.util
 import sys
 from typing import TYPE_CHECKING
 
-from hyperwatch.monitor.serve_options import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT_S, HTTP_CHOICES
+from hyperwatch.monitor.serve_options import (
+    DEFAULT_MAX_CONCURRENT_READS,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    HTTP_CHOICES,
+)
 
 if TYPE_CHECKING:
     from hyperwatch.monitor.store import SqlStore
+
+
+FLAGS = {"database_url": "--db", "dev_mode": "--dev", "max_concurrent_reads": "--max-concurrent-reads"}
+"""The settings a flag of ``serve`` overrides: an invalid value's message names both."""
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -45,6 +54,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="N",
         help=f"open connections kept at most; above it the one that waited longest for its request is closed "
         f"(default {DEFAULT_MAX_CONNECTIONS})",
+    )
+    p.add_argument(
+        "--max-concurrent-reads",
+        type=int,
+        metavar="N",
+        help="series and figure reads computed at once; the others wait without holding a thread, so a "
+        f"page opening does not hold ingest back (default HYPERWATCH_MAX_CONCURRENT_READS or "
+        f"{DEFAULT_MAX_CONCURRENT_READS}; 0 = no limit)",
     )
     p.add_argument(
         "--http",
@@ -112,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
         overrides["database_url"] = args.db
     if args.dev:
         overrides["dev_mode"] = True
+    if args.max_concurrent_reads is not None:
+        overrides["max_concurrent_reads"] = args.max_concurrent_reads
     try:
         settings = Settings(**overrides)  # type: ignore[arg-type]
         store = SqlStore(settings.database_url)
@@ -121,7 +140,12 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(settings, store=store)
     except ValidationError as exc:
         for err in exc.errors():
-            print(f"hyperwatch serve: {err['msg'].removeprefix('Value error, ')}", file=sys.stderr)
+            msg = err["msg"].removeprefix("Value error, ")
+            field = str(err["loc"][0]) if err["loc"] else ""
+            if field and field.upper() not in msg:  # a field check (the model's own checks name theirs)
+                flag = FLAGS.get(field)
+                msg = f"HYPERWATCH_{field.upper()}{f' / {flag}' if flag else ''}: {msg}"
+            print(f"hyperwatch serve: {msg}", file=sys.stderr)
         return 2
     except MonitorError as exc:
         print(f"hyperwatch serve: {exc}", file=sys.stderr)

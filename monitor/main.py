@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from hyperwatch import __version__
-from hyperwatch.monitor.api.deps import ids_in_range
+from hyperwatch.monitor.api.deps import ReadSlots, ids_in_range
 from hyperwatch.monitor.api.docs import add_local_docs
 from hyperwatch.monitor.api.middleware import BodySizeLimit, RequestTiming
 from hyperwatch.monitor.api.routes import API_ROUTERS, health
@@ -66,6 +66,7 @@ def create_app(settings: Settings, store: Store | None = None, registry: Collect
     app.state.registry = build_registry(store, registry)
     app.state.full_disk = FullDisk()  # a write that found the disk full: /readyz not ready
     app.state.forecast_watches = ForecastWatches()  # the forecast alert's bands, per run (points route)
+    app.state.read_slots = ReadSlots(settings.max_concurrent_reads)  # heavy reads at once (views_read)
     for router in API_ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(health.router)

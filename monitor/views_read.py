@@ -3,14 +3,15 @@
 With :mod:`monitor.views` (aggregation, x-axis, matching) and :mod:`monitor.views_live` (the live
 delta) this is the only path from the API routes and the pages to the store, so a page never
 shows a number the API would not give. Pages get it through :data:`ReaderDep` (read auth, the
-store and the settings as one dependency), never through an API route module.
+store and the settings as one dependency; :data:`QueryReaderDep` for a series or a figure, which
+also waits for a read slot), never through an API route module.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -176,3 +177,14 @@ async def reader(request: Request, _: Annotated[None, Depends(require_read)]) ->
 
 
 ReaderDep = Annotated[Reader, Depends(reader)]
+
+
+async def query_reader(request: Request, read: ReaderDep) -> AsyncIterator[Reader]:
+    """The reader of a series or figure read: the request holds one of the service's read slots while
+    it runs (``HYPERWATCH_MAX_CONCURRENT_READS``, :class:`monitor.api.deps.ReadSlots`). The live
+    stream's reads (small, and a stream waits most of its life) take :data:`ReaderDep` instead."""
+    async with request.app.state.read_slots.hold():
+        yield read
+
+
+QueryReaderDep = Annotated[Reader, Depends(query_reader)]

@@ -18,7 +18,7 @@ from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.schemas import MetricName
 from hyperwatch.monitor.store.entities import Run
 from hyperwatch.monitor.views import TokenMap
-from hyperwatch.monitor.views_read import ReaderDep
+from hyperwatch.monitor.views_read import QueryReaderDep
 from hyperwatch.web.data import GL, Buckets, live_cursor
 from hyperwatch.web.figures import RunLine, XAxis, compare_figure
 
@@ -37,7 +37,7 @@ def run_label(run: Run) -> str:
 
 @router.get("/compare")
 def compare_runs(
-    read: ReaderDep,
+    read: QueryReaderDep,
     run_id: Annotated[list[int], Query(description="repeat for each run")],
     name: Annotated[MetricName, Query()] = "attention_z",
     layer: LayerChoice = "mean",

@@ -25,7 +25,7 @@ from hyperwatch.monitor.views import (
     stability_values,
     truncate,
 )
-from hyperwatch.monitor.views_read import ReaderDep
+from hyperwatch.monitor.views_read import QueryReaderDep
 from hyperwatch.web.figures import (
     RunLine,
     XAxis,
@@ -62,7 +62,7 @@ def live_cursor(last_step: int | None, buckets: int) -> dict[str, int]:
 def group_compare(
     group_id: int,
     name: Annotated[MetricName, Query()],
-    read: ReaderDep,
+    read: QueryReaderDep,
     x: XAxis = "step",
     agg: Agg = "mean",
     buckets: Buckets = 400,
@@ -114,7 +114,7 @@ def group_compare(
 @router.get("/groups/{group_id}/sweeps")
 def group_sweeps(
     group_id: int,
-    read: ReaderDep,
+    read: QueryReaderDep,
     baseline: Annotated[str | None, Query(max_length=64)] = None,
 ) -> dict[str, Any]:
     """Every figure of the sweeps page (LR sweeps, transfer laws, scaling laws and leverage)."""
@@ -141,7 +141,7 @@ def group_sweeps(
 def run_indicator(
     run_id: int,
     name: Annotated[MetricName, Query()],
-    read: ReaderDep,
+    read: QueryReaderDep,
     x: Annotated[XAxis, Query()] = "step",
     buckets: Buckets = 600,
     gl: GL = False,
@@ -176,7 +176,7 @@ def run_indicator(
 
 
 @router.get("/runs/{run_id}/heads")
-def run_heads(run_id: int, read: ReaderDep) -> dict[str, Any]:
+def run_heads(run_id: int, read: QueryReaderDep) -> dict[str, Any]:
     """The heads x layers heatmap of ``attention_lse_max`` at the run's newest logged step, titled with
     the ceiling its group's alert uses (the same matrix as GET /api/v1/runs/{id}/heads)."""
     run = read.run(run_id)
@@ -185,7 +185,7 @@ def run_heads(run_id: int, read: ReaderDep) -> dict[str, Any]:
 
 @router.get("/alerts")
 def alerts_timeline(
-    read: ReaderDep,
+    read: QueryReaderDep,
     run_id: int | None = None,
     rule: Annotated[str | None, Query(max_length=64)] = None,
     project: Annotated[str | None, Query(max_length=200)] = None,

@@ -8,8 +8,12 @@ than parsing its 512 points (py-spy, issue 16).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import re
+import weakref
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
@@ -97,3 +101,30 @@ async def ids_in_range(request: Request) -> None:
 
 WriteAuth = Depends(require_write)
 ReadAuth = Depends(require_read)
+
+
+class ReadSlots:
+    """At most ``n`` heavy reads (series, figures) computed at once (0: no limit).
+
+    A request waits for its slot on the event loop, holding no worker thread, so a burst of reads
+    (a page opening asks for every indicator at once) can neither fill the threadpool nor share the
+    GIL many ways with ingest. The semaphore is made per event loop (test clients run their own).
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @contextlib.asynccontextmanager
+    async def hold(self) -> AsyncIterator[None]:
+        if self.n <= 0:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        slots = self._slots.get(loop)
+        if slots is None:
+            slots = self._slots[loop] = asyncio.Semaphore(self.n)
+        async with slots:
+            yield

@@ -13,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from hyperwatch.hooks.schema import MAX_POINTS_PER_BATCH
+from hyperwatch.monitor.serve_options import DEFAULT_MAX_CONCURRENT_READS
 
 PLACEHOLDER_SECRETS = frozenset({"", "changethis", "changeme", "change-me", "secret", "password", "token", "dev"})
 MIN_TOKEN_LENGTH = 16
@@ -44,6 +45,12 @@ class Settings(BaseSettings):
     max_buckets: int = Field(default=10_000, ge=10, le=100_000, description="largest N of a downsampled series")
     max_compare_runs: int = Field(default=200, ge=1, le=10_000)
     max_page_size: int = Field(default=1000, ge=1, le=100_000)
+    max_concurrent_reads: int = Field(
+        default=DEFAULT_MAX_CONCURRENT_READS,
+        ge=0,
+        le=1000,
+        description="series and figure reads computed at once (0 = no limit); the others wait without a thread",
+    )
     check_schema: bool = Field(default=True, description="refuse to start on an out-of-date schema")
     stale_after_s: float = Field(
         default=900.0, gt=0, description="a running run without points for this long is shown as stale"

@@ -20,9 +20,9 @@ from hyperwatch.monitor.schemas import (
 )
 from hyperwatch.monitor.store.entities import Run, Series
 from hyperwatch.monitor.views import XAxisError, x_values
-from hyperwatch.monitor.views_read import ReaderDep
+from hyperwatch.monitor.views_read import QueryReaderDep, ReaderDep
 
-router = APIRouter(tags=["query"])  # ReaderDep checks read auth
+router = APIRouter(tags=["query"])  # both readers check read auth; QueryReaderDep also waits for a read slot
 
 Layer = Annotated[int | None, Query(ge=0, description="block index; omit for a run-level metric")]
 Start = Annotated[int | None, Query(ge=0, description="first step (inclusive)")]
@@ -39,7 +39,7 @@ points and every NaN/Inf point are always returned. With few points, all are ret
 def series(
     run_id: int,
     name: Annotated[MetricName, Query()],
-    read: ReaderDep,
+    read: QueryReaderDep,
     layer: Layer = None,
     buckets: Annotated[int, Query(ge=1)] = 2000,
     start: Start = None,
@@ -61,7 +61,7 @@ def _x_values(run: Run, s: Series, x: XAxis) -> list[ComparePoint]:
 @router.get("/compare", response_model=CompareOut, summary="Many runs' series on one x-axis")
 def compare(
     name: Annotated[MetricName, Query()],
-    read: ReaderDep,
+    read: QueryReaderDep,
     run_id: Annotated[list[int] | None, Query(description="repeat for each run")] = None,
     group_id: Annotated[int | None, Query(description="every run of this group")] = None,
     layer: Layer = None,
@@ -88,7 +88,7 @@ def compare(
 def layers(
     run_id: int,
     name: Annotated[MetricName, Query()],
-    read: ReaderDep,
+    read: QueryReaderDep,
     buckets: Annotated[int, Query(ge=1)] = 200,
     start: Start = None,
     end: End = None,
