@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/migration.py
 	$(BIN)/python bench/dashboard.py
 	$(BIN)/python bench/live.py
+	$(BIN)/python bench/page_open.py
 	$(BIN)/python bench/demo_threads.py
 	nice -n 10 $(BIN)/python bench/forecast.py
 	nice -n 10 $(BIN)/python bench/early_warning.py --out runs/bench/early_warning.json

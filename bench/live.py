@@ -140,6 +140,20 @@ class Writer(threading.Thread):
             self.error = exc
 
 
+def start_writers(base: str, prefix: str, args: argparse.Namespace, stop: threading.Event) -> tuple[list[Writer], int]:
+    """``args.runs`` writers, each run created and holding ``args.warmup`` steps, then streaming at
+    ``args.rate``; and the first run's id (the watched one)."""
+    writers = [Writer(base, f"{prefix}-{i}", 1.0 / args.rate, stop) for i in range(args.runs)]
+    watched = writers[0].create()
+    for w in writers[1:]:
+        w.create()
+    for w in writers:
+        w.run_steps(args.warmup)
+    for w in writers:
+        w.start()
+    return writers, watched
+
+
 def tree_cpu_seconds(root: int) -> float:
     """User + system CPU seconds of ``root``'s descendants now alive (the browser's processes)."""
     children: dict[int, list[int]] = {}
@@ -243,14 +257,7 @@ def main() -> int:
             assert svc.proc is not None, "the service process did not start"
             pid = svc.proc.pid
             stop = threading.Event()
-            writers = [Writer(svc.url, f"live-{i}", 1.0 / args.rate, stop) for i in range(args.runs)]
-            watched = writers[0].create()
-            for w in writers[1:]:
-                w.create()
-            for w in writers:
-                w.run_steps(args.warmup)
-            for w in writers:
-                w.start()
+            writers, watched = start_writers(svc.url, "live", args, stop)
             time.sleep(2.0)  # the writers in their stride
             gap_ms = 400 if args.page == "run" else 500  # the page's own pace (web/static/run.js, group.js)
             t0 = time.time()

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.ingest import NAMES, fresh  # noqa: E402
-from bench.live import TOKEN, Writer, pct  # noqa: E402
+from bench.live import TOKEN, Writer, pct, start_writers  # noqa: E402
 from bench.service_process import service_process  # noqa: E402
 
 
@@ -64,13 +64,7 @@ def one(limit: int, args: argparse.Namespace) -> dict[str, float]:
         extra = ("--max-concurrent-reads", str(limit))
         with service_process(url, TOKEN, timeout=600, args=extra) as svc:
             stop = threading.Event()
-            writers = [Writer(svc.url, f"open-{i}", 1.0 / args.rate, stop) for i in range(args.runs)]
-            watched = writers[0].create()
-            for w in writers[1:]:
-                w.create()
-            for w in writers:
-                w.run_steps(args.warmup)
-                w.start()
+            writers, watched = start_writers(svc.url, "open", args, stop)
             time.sleep(2.0)
             quiet: list[tuple[float, float]] = []
             opening: list[tuple[float, float]] = []
