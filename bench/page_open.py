@@ -1,7 +1,8 @@
 """Opening a run page while runs stream: how long the page's first read takes, and what it does to ingest.
 
-``hyperwatch serve`` runs as its own process on a SQLite file; ``--runs`` runs stream 512 points per
-logged step each (8 indicators x 64 layers, bench/live.py's writers) at ``--rate`` steps/s. Then,
+``hyperwatch serve`` runs as its own process on a SQLite file (``--db postgresql``: a new
+PostgreSQL database); ``--runs`` runs stream 512 points per logged step each (8 indicators x 64
+layers, bench/live.py's writers) at ``--rate`` steps/s. Then,
 ``--rounds`` times: a quiet window without a page, and one *page open*: the requests the run page
 (web/static/run.js) sends when it opens, as it sends them (the run and its series index, then one
 ``/ui/data/runs/{id}/indicator`` per indicator, all at once). Printed: the page open's duration,
@@ -17,6 +18,7 @@ after the other in this invocation on the same workload, so the lines compare si
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -31,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.ingest import NAMES, fresh  # noqa: E402
+from bench.ingest import NAMES, fresh, pg_database  # noqa: E402
 from bench.live import TOKEN, Writer, pct, start_writers  # noqa: E402
 from bench.service_process import service_process  # noqa: E402
 
@@ -58,8 +60,11 @@ def posts(writers: list[Writer], windows: list[tuple[float, float]]) -> list[flo
 
 
 def one(limit: int, args: argparse.Namespace) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{Path(tmp) / 'open.db'}"
+    with contextlib.ExitStack() as stack:
+        if args.db == "postgresql":
+            url = stack.enter_context(pg_database())
+        else:
+            url = f"sqlite:///{Path(stack.enter_context(tempfile.TemporaryDirectory())) / 'open.db'}"
         fresh(url)
         extra = ("--max-concurrent-reads", str(limit))
         with service_process(url, TOKEN, timeout=600, args=extra) as svc:
@@ -99,6 +104,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--limit", type=int, action="append",
                     help="--max-concurrent-reads of a service (repeat; default 0 and 1; 0 = no limit)")  # fmt: skip
+    ap.add_argument("--db", choices=("sqlite", "postgresql"), default="sqlite",
+                    help="the service's database (sqlite, default; postgresql: a new one on :5432)")  # fmt: skip
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--rate", type=float, default=2.0, help="logged steps per second per run (default 2)")
     ap.add_argument("--warmup", type=int, default=200, help="steps each run holds before the pages (default 200)")
@@ -114,7 +121,8 @@ def main() -> int:
     limits = args.limit or [0, 1]
     if any(n < 0 for n in limits):
         ap.error("--limit: 0 (no limit) or a positive number of page reads at once")
-    print(f"page open: {args.runs} runs x {len(NAMES) * 64} points per logged step at {args.rate:g} steps/s, "
+    print(f"page open ({args.db}): {args.runs} runs x {len(NAMES) * 64} points per logged step at {args.rate:g} "
+          f"steps/s, "
           f"{args.warmup} steps before; the run page's {len(NAMES)} indicator reads at once, "
           f"{args.rounds} opens")  # fmt: skip
     print(f"{'concurrent reads':>14} | {'open s (med/max)':>16} | {'POST ms quiet p50/p95/max':>26} | "
