@@ -60,8 +60,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="series and figure reads computed at once; the others wait without holding a thread, so a "
-        f"page opening does not hold ingest back (default HYPERWATCH_MAX_CONCURRENT_READS or "
-        f"{DEFAULT_MAX_CONCURRENT_READS}; 0 = no limit)",
+        "page opening does not hold ingest back (default HYPERWATCH_MAX_CONCURRENT_READS, else "
+        + ", ".join(f"{n} on {db}" for db, n in DEFAULT_MAX_CONCURRENT_READS.items())
+        + "; 0 = no limit)",
     )
     p.add_argument(
         "--http",

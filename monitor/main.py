@@ -66,7 +66,7 @@ def create_app(settings: Settings, store: Store | None = None, registry: Collect
     app.state.registry = build_registry(store, registry)
     app.state.full_disk = FullDisk()  # a write that found the disk full: /readyz not ready
     app.state.forecast_watches = ForecastWatches()  # the forecast alert's bands, per run (points route)
-    app.state.read_slots = ReadSlots(settings.max_concurrent_reads)  # heavy reads at once (views_read)
+    app.state.read_slots = ReadSlots(settings.concurrent_reads())  # heavy reads at once (views_read)
     for router in API_ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(health.router)

@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from hyperwatch.hooks.schema import MAX_POINTS_PER_BATCH
-from hyperwatch.monitor.serve_options import DEFAULT_MAX_CONCURRENT_READS
+from hyperwatch.monitor.serve_options import default_concurrent_reads
 
 PLACEHOLDER_SECRETS = frozenset({"", "changethis", "changeme", "change-me", "secret", "password", "token", "dev"})
 MIN_TOKEN_LENGTH = 16
@@ -45,11 +45,12 @@ class Settings(BaseSettings):
     max_buckets: int = Field(default=10_000, ge=10, le=100_000, description="largest N of a downsampled series")
     max_compare_runs: int = Field(default=200, ge=1, le=10_000)
     max_page_size: int = Field(default=1000, ge=1, le=100_000)
-    max_concurrent_reads: int = Field(
-        default=DEFAULT_MAX_CONCURRENT_READS,
+    max_concurrent_reads: int | None = Field(
+        default=None,
         ge=0,
         le=1000,
-        description="series and figure reads computed at once (0 = no limit); the others wait without a thread",
+        description="series and figure reads computed at once (0 = no limit; unset: 1 on SQLite, 8 on "
+        "PostgreSQL); the others wait without a thread",
     )
     check_schema: bool = Field(default=True, description="refuse to start on an out-of-date schema")
     stale_after_s: float = Field(
@@ -82,6 +83,12 @@ class Settings(BaseSettings):
                 "(psycopg 3 is the installed driver)"
             )
         return value
+
+    def concurrent_reads(self) -> int:
+        """``max_concurrent_reads``, or its default for this database (``serve_options``)."""
+        if self.max_concurrent_reads is not None:
+            return self.max_concurrent_reads
+        return default_concurrent_reads(self.database_url)
 
     @model_validator(mode="after")
     def _refuse_placeholders(self) -> Settings:

@@ -12,8 +12,9 @@ import anyio
 import pytest
 
 from hyperwatch.monitor.api.deps import ReadSlots
+from hyperwatch.monitor.core.config import Settings
 from hyperwatch.monitor.store import SqlStore
-from tests.monitor.conftest import create_run, make_client, post_points
+from tests.monitor.conftest import WRITE_TOKEN, create_run, make_client, post_points
 
 
 def test_slots_admit_n_at_once_and_the_next_when_one_leaves() -> None:
@@ -97,3 +98,22 @@ def test_serve_names_the_setting_and_the_flag_of_a_bad_limit(tmp_path: object) -
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "HYPERWATCH_MAX_CONCURRENT_READS / --max-concurrent-reads: Input should be greater" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "given", "expected"),
+    [
+        ("sqlite:///hw.db", None, 1),  # reads in the service's process, under its GIL
+        ("postgresql+psycopg://u@h:5432/d", None, 8),  # reads waiting on the server overlap
+        ("postgresql+psycopg://u@h:5432/d", 0, 0),
+        ("sqlite:///hw.db", 3, 3),
+    ],
+)
+def test_the_default_follows_the_database(url: str, given: int | None, expected: int) -> None:
+    extra = {} if given is None else {"max_concurrent_reads": given}
+    settings = Settings(database_url=url, write_token=WRITE_TOKEN, **extra)  # type: ignore[arg-type]
+    assert settings.concurrent_reads() == expected
+
+
+def test_the_service_takes_the_database_default(sqlite_store: SqlStore) -> None:
+    assert make_client(sqlite_store).app.state.read_slots.n == 1  # type: ignore[attr-defined]
