@@ -14,7 +14,12 @@ Values calibrated on ``bench/early_warning.py``'s table (README "Alerts"):
 - growth: the Theil-Sen slope of ln(value) against the step over the last ``growth_window``
   logged points, times the window's span in steps, is the window's fitted rise; at least
   ln(``growth_factor``) is a sustained climb. Only at or above the metric's ``*_growth_floor``
-  (below it a series is where healthy runs live, and none is read from the store).
+  (below it a series is where healthy runs live, and none is read from the store). The
+  attention branch's output RMS climbs too: a pre-norm branch's output sits near 1 at a safe LR
+  (at most 1.41 on the benchmark's healthy arms), and it is the one indicator that moves on
+  QK-norm runs at too high an LR, where the logits stay bounded (floor 25: the LR-0.03 arms that
+  end inside the loss margin peak at 8-31, but never climb 4x above 25; the MLP branch's RMS
+  follows the LR and not the loss, so it has no rule).
 - loss / grad-norm spikes (OLMo-core's rule, per indicator): ``<metric>_spike_persist`` logged
   points in a row, each above the mean + ``sigma_spike_multiple`` standard deviations of the
   ``<metric>_spike_window`` values before the first of them, and above that mean by
@@ -58,6 +63,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "attention_lse_max_growth_floor": 10.0,
     "output_z_growth_floor": 150.0,
     "router_z_growth_floor": 100.0,
+    "attention_rms_growth_floor": 25.0,
     # loss_spike, grad_norm_spike: mean + k sigma of each indicator's own trailing window, on
     # <metric>_spike_persist logged points in a row (the window ends before the first of them)
     "loss_spike_window": 16,
@@ -69,7 +75,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "sigma_spike_min_relative": 0.02,
 }
 
-GROWTH_METRICS = ("attention_z", "attention_lse_max", "output_z", "router_z")
+GROWTH_METRICS = ("attention_z", "attention_lse_max", "output_z", "router_z", "attention_rms")
 SIGMA_SPIKE_METRICS = {"loss": "loss_spike", "grad_norm": "grad_norm_spike"}  # metric -> rule (and key prefix)
 
 

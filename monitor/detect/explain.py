@@ -31,6 +31,7 @@ REMEDIES: dict[str, tuple[str, ...]] = {
     "attention_z": (QK, LR),
     "attention_lse_max": (QK, LR),
     "output_z": (ZLOSS, LR),
+    "attention_rms": (LR, "keep the weights' norms bounded (HyperP's MuonH / AdamH, or weight decay)"),
     "router_z": (ROUTER, "add router z-loss", LR),
     "max_vio": (ROUTER,),
     "loss": (LR, CLIP, "restart from the last checkpoint before the spike, skipping its batches"),
