@@ -86,6 +86,7 @@ TREND_GAUGES: dict[str, tuple[str, str]] = {
     "output_z_growth_floor": ("output_z_growth_floor", "The group threshold output_z_growth_floor"),
     "router_z_growth_floor": ("router_z_growth_floor", "The group threshold router_z_growth_floor"),
     "attention_rms_growth_floor": ("attention_rms_growth_floor", "The group threshold attention_rms_growth_floor"),
+    "mlp_rms_growth_floor": ("mlp_rms_growth_floor", "The group threshold mlp_rms_growth_floor"),
     "sigma_spike_multiple": ("sigma_spike_multiple", "The group threshold sigma_spike_multiple (loss, grad norm)"),
     "sigma_spike_min_relative": ("sigma_spike_min_relative", "The group threshold sigma_spike_min_relative"),
     "max_vio_limit": ("max_vio_limit", "The group threshold max_vio_limit (MoE routing collapse)"),

@@ -287,6 +287,9 @@ class Thresholds(Strict):
     attention_rms_growth_floor: float | None = Field(
         default=None, ge=0, allow_inf_nan=False, description="attention branch output RMS below this is no climb"
     )
+    mlp_rms_growth_floor: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, description="MLP/MoE branch output RMS below this is no climb"
+    )
     loss_spike_window: int | None = Field(
         default=None, ge=5, le=10_000, description="trailing loss values a loss spike is judged against"
     )

@@ -18,8 +18,10 @@ Values calibrated on ``bench/early_warning.py``'s table (README "Alerts"):
   attention branch's output RMS climbs too: a pre-norm branch's output sits near 1 at a safe LR
   (at most 1.41 on the benchmark's healthy arms), and it is the one indicator that moves on
   QK-norm runs at too high an LR, where the logits stay bounded (floor 25: the LR-0.03 arms that
-  end inside the loss margin peak at 8-31, but never climb 4x above 25; the MLP branch's RMS
-  follows the LR and not the loss, so it has no rule).
+  end inside the loss margin peak at 8-31, but never climb 4x above 25). The MLP (or MoE) branch's
+  RMS follows the LR more than the loss: runs at LR 0.03 that end inside the margin reach 270, so
+  its floor is 500 (about 100x the safe arms' maximum of 5.4); the runs at LR 0.1 that went wrong
+  climb to 1,200-3,600 by step 28 (every floor from 300 to 1,000 gave the same table).
 - loss / grad-norm spikes (OLMo-core's rule, per indicator): ``<metric>_spike_persist`` logged
   points in a row, each above the mean + ``sigma_spike_multiple`` standard deviations of the
   ``<metric>_spike_window`` values before the first of them, and above that mean by
@@ -64,6 +66,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "output_z_growth_floor": 150.0,
     "router_z_growth_floor": 100.0,
     "attention_rms_growth_floor": 25.0,
+    "mlp_rms_growth_floor": 500.0,
     # loss_spike, grad_norm_spike: mean + k sigma of each indicator's own trailing window, on
     # <metric>_spike_persist logged points in a row (the window ends before the first of them)
     "loss_spike_window": 16,
@@ -75,7 +78,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "sigma_spike_min_relative": 0.02,
 }
 
-GROWTH_METRICS = ("attention_z", "attention_lse_max", "output_z", "router_z", "attention_rms")
+GROWTH_METRICS = ("attention_z", "attention_lse_max", "output_z", "router_z", "attention_rms", "mlp_rms")
 SIGMA_SPIKE_METRICS = {"loss": "loss_spike", "grad_norm": "grad_norm_spike"}  # metric -> rule (and key prefix)
 
 

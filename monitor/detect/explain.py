@@ -27,11 +27,13 @@ LR = "lower the learning rate (or lengthen the warm-up)"
 ZLOSS = "add z-loss (1e-4 x LSE^2 of the output logits)"
 ROUTER = "add SqrtGate or the load-balancing aux loss; lower the router's learning rate"
 CLIP = "check gradient clipping and the data of the spiking steps"
+NORMS = "keep the weights' norms bounded (HyperP's MuonH / AdamH, or weight decay)"
 REMEDIES: dict[str, tuple[str, ...]] = {
     "attention_z": (QK, LR),
     "attention_lse_max": (QK, LR),
     "output_z": (ZLOSS, LR),
-    "attention_rms": (LR, "keep the weights' norms bounded (HyperP's MuonH / AdamH, or weight decay)"),
+    "attention_rms": (LR, NORMS),
+    "mlp_rms": (LR, NORMS),
     "router_z": (ROUTER, "add router z-loss", LR),
     "max_vio": (ROUTER,),
     "loss": (LR, CLIP, "restart from the last checkpoint before the spike, skipping its batches"),

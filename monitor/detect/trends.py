@@ -8,8 +8,8 @@ Rules (thresholds in :mod:`monitor.detect.defaults`):
   limit, or it has none), so a run that blows up at step 1 is warned at step 1, and one that
   stays above the ceiling raises one event per series, not one per logged step.
 - ``z_growth`` (warning): the Theil-Sen rise of ln(value) over the last ``growth_window``
-  logged points of attention Z, the layer's max LSE, router Z, output Z or the attention
-  branch's output RMS reaches ln(``growth_factor``): a steady climb that no spike rule sees. Raised when the condition
+  logged points of attention Z, the layer's max LSE, router Z, output Z or a branch's (attention,
+  MLP/MoE) output RMS reaches ln(``growth_factor``): a steady climb that no spike rule sees. Raised when the condition
   starts to hold (it did not at the series' previous point).
 - ``loss_spike`` / ``grad_norm_spike`` (warning): ``<metric>_spike_persist`` logged points in a
   row above mean + k sigma of the metric's own ``<metric>_spike_window`` values before them (the
