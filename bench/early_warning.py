@@ -46,6 +46,7 @@ from ew_prom import Scrape, parse_scrape, replay, to_columns  # noqa: E402
 from ew_score import (  # noqa: E402
     EFFICIENCY_RULES,
     RunResult,
+    clear_false_alarms,
     expert_load_truth,
     format_efficiency,
     format_table,
@@ -273,13 +274,21 @@ def main() -> int:
     )
     print(format_table(rows))
     healthy_runs = {trained[r.name] for r in results if not truth[r.name].wrong}
+    truth_by_run = {trained[r.name]: truth[r.name] for r in results}
     fa = {
         a: sorted({trained[r.name] for r in results if not truth[r.name].wrong and r.first_warning[a] is not None})
         for a in ALERT_SOURCES
     }
+    excess = {trained[r.name]: truth[r.name].excess for r in results}
     print(
         f"distinct runs trained: {len(distinct)}; distinct healthy runs: {len(healthy_runs)}; false alarms on them: "
-        + ", ".join(f"{a} {len(v)} {v}" for a, v in fa.items())
+        + ", ".join(f"{a} {len(v)} {[f'{n} ({excess[n]:+.3f})' for n in v]}" for a, v in fa.items())
+    )
+    clear = args.margin / 2
+    print(
+        f"  of them on runs clearly healthy (final loss within {clear:g} nats of the twin's; the rest ended "
+        f"between {clear:g} and the {args.margin:g} margin): "
+        + ", ".join(f"{a} {len(clear_false_alarms(v, truth_by_run, clear))}" for a, v in fa.items())
     )
     load = {n: expert_load_truth(rec["routed_counts"], limit=args.load_limit) for n, rec in recorded.items()
             if rec["routed_counts"]}  # fmt: skip

@@ -50,6 +50,7 @@ class Truth:
     wrong: bool
     departure: int | None  # first step the loss departs from the twin's by ``depart`` nats
     twin: str
+    excess: float = math.nan  # final loss - the twin's (NaN when non-finite)
 
 
 def final_loss(losses: Sequence[float], tail: float = 0.1) -> float:
@@ -122,8 +123,16 @@ def ground_truth(
             f = finals[r.name]
             wrong = not math.isfinite(f) or f > finals[best.name] + margin
             dep = None if r is best else departure_step(r.losses, best.losses, depart, smooth)
-            truth[r.name] = Truth(f, wrong, dep, best.name)
+            truth[r.name] = Truth(f, wrong, dep, best.name, f - finals[best.name])
     return truth
+
+
+def clear_false_alarms(names: Sequence[str], truth: Mapping[str, Truth], clear: float) -> list[str]:
+    """The false alarms on runs that are clearly healthy: final loss within ``clear`` nats of the twin's.
+
+    The others sat between ``clear`` and the margin: worse than the twin, not worse enough to count
+    as gone wrong. Both are false alarms; this says which kind (the strict count stays the target)."""
+    return [n for n in names if not truth[n].wrong and truth[n].excess <= clear]
 
 
 def _median(values: list[float]) -> float | None:

@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from ew_score import (
     RunResult,
+    clear_false_alarms,
     departure_step,
     expert_load_truth,
     final_loss,
@@ -76,6 +77,19 @@ def test_ground_truth_comes_from_the_cells_best_final_loss() -> None:
     assert truth["best"].departure is None
     assert truth["worse"].departure == 0  # 0.3 nats above from the first step
     assert truth["nan"].departure == 50
+    assert truth["close"].excess == pytest.approx(0.05) and truth["best"].excess == 0.0
+    assert math.isnan(truth["nan"].excess)
+
+
+def test_clear_false_alarms_are_those_well_inside_the_margin() -> None:
+    runs = [
+        _run("best", _curve()),
+        _run("near", [v + 0.02 for v in _curve()]),
+        _run("edge", [v + 0.08 for v in _curve()]),  # healthy by the 0.1 margin, 0.08 worse
+        _run("worse", [v + 0.3 for v in _curve()]),
+    ]
+    truth = ground_truth(runs, margin=0.1)
+    assert clear_false_alarms(["near", "edge", "worse"], truth, 0.05) == ["near"]  # a wrong run is no false alarm
 
 
 def test_a_cell_with_only_nonfinite_runs_is_refused() -> None:
