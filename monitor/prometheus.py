@@ -89,6 +89,7 @@ TREND_GAUGES: dict[str, tuple[str, str]] = {
     "mlp_rms_growth_floor": ("mlp_rms_growth_floor", "The group threshold mlp_rms_growth_floor"),
     "sigma_spike_multiple": ("sigma_spike_multiple", "The group threshold sigma_spike_multiple (loss, grad norm)"),
     "sigma_spike_min_relative": ("sigma_spike_min_relative", "The group threshold sigma_spike_min_relative"),
+    "loss_shift_multiple": ("loss_shift_multiple", "The group threshold loss_shift_multiple (standard errors)"),
     "max_vio_limit": ("max_vio_limit", "The group threshold max_vio_limit (MoE routing collapse)"),
 }
 

@@ -305,6 +305,15 @@ class Thresholds(Strict):
     sigma_spike_min_points: int | None = Field(default=None, ge=3, le=10_000)
     sigma_spike_multiple: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     sigma_spike_min_relative: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    loss_shift_window: int | None = Field(
+        default=None, ge=5, le=10_000, description="logged losses a loss shift is judged against"
+    )
+    loss_shift_points: int | None = Field(
+        default=None, ge=2, le=1000, description="latest logged losses tested, their largest left out (Prometheus: 6)"
+    )
+    loss_shift_multiple: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="standard errors above the window's mean"
+    )
     # the thresholds a forecast crosses (monitor.forecasts.DEFAULT_LIMITS: attention Z 1000, MaxVio above)
     attention_z_limit: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=_LIMIT)
     router_z_limit: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=_LIMIT)

@@ -30,6 +30,12 @@ Values calibrated on ``bench/early_warning.py``'s table (README "Alerts"):
   loss jump stays under 4 sigma (1.1 sigma where 16 points give 4.9-7.3). The grad norm keeps
   OLMo-core's 128 and must be confirmed by the next logged point: a one-point blip on a healthy
   run (7.4 sigma) stands taller than an LR bump's (4.3 sigma), and the bump is the loss rule's.
+- ``loss_shift``: the loss stepped up and stayed up, which no single point shows: the mean of the
+  last ``loss_shift_points`` (6) logged losses, their largest left out (a single spike is the spike
+  rule's, not a shift), above the mean of the ``loss_shift_window`` (16) before them by
+  ``loss_shift_multiple`` (3) standard errors, sigma / sqrt(5). On the benchmark's three seed sets
+  the healthy runs reach at most 1.14 standard errors; the LR bumps 1.1-8.9 (the trainer's at seed
+  100, which the spike rules miss, 3.6).
 - ``max_vio_collapse``: a layer's MaxVio above ``max_vio_limit`` on ``max_vio_persist`` consecutive
   logged points (an efficiency guard, judged by expert load: a single point over the limit fired on
   healthy and gated runs whose load stayed even; 3 points kept both collapses of the benchmark at
@@ -76,6 +82,12 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "sigma_spike_min_points": 16,
     "sigma_spike_multiple": 4.0,
     "sigma_spike_min_relative": 0.02,
+    # loss_shift: the mean of the last loss_shift_points logged losses, their largest left out, against
+    # the loss_shift_window before them, in standard errors (sigma / sqrt(points - 1)); sigma_spike_min_relative and
+    # sigma_spike_min_points apply too
+    "loss_shift_window": 16,
+    "loss_shift_points": 6,
+    "loss_shift_multiple": 3.0,
 }
 
 GROWTH_METRICS = ("attention_z", "attention_lse_max", "output_z", "router_z", "attention_rms", "mlp_rms")

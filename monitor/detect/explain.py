@@ -16,6 +16,7 @@ WHAT: dict[str, str] = {
     "z_spike": "a sudden jump",
     "loss_spike": "a loss spike",
     "grad_norm_spike": "a gradient-norm spike",
+    "loss_shift": "the loss stepped up and stayed up",
     "nan_loss": "the loss became non-finite",
     "nonfinite_value": "an indicator became non-finite",
     "max_vio_collapse": "MoE routing collapsed onto few experts",

@@ -14,6 +14,9 @@ Rules (thresholds in :mod:`monitor.detect.defaults`):
 - ``loss_spike`` / ``grad_norm_spike`` (warning): ``<metric>_spike_persist`` logged points in a
   row above mean + k sigma of the metric's own ``<metric>_spike_window`` values before them (the
   grad norm's blip must be confirmed by the next logged point; the loss's need not).
+- ``loss_shift`` (warning): the mean of the last ``loss_shift_points`` logged losses, their largest
+  left out, above the mean of the ``loss_shift_window`` before them by ``loss_shift_multiple``
+  standard errors: a loss that stepped up and stayed up, no point of which need be a spike.
 
 Every rule reads the store only for series that hold a candidate in the batch.
 """
@@ -237,10 +240,55 @@ def sigma_spikes(reader: WindowReader, run_id: int, cols: PointColumns, th: dict
     return alerts
 
 
+def mean_shift(values: Sequence[float], th: dict[str, float]) -> tuple[bool, float | None, float | None]:
+    """(shifted?, window mean, recent mean) at the end of ``values``: the mean of the last
+    ``loss_shift_points`` without the largest of them (one spike is no shift; it is the spike rule's)
+    above the mean of the ``loss_shift_window`` before them by ``loss_shift_multiple`` standard errors
+    (sigma / sqrt(points - 1)) and by the relative minimum. Any non-finite value in either part is no
+    verdict (NaN has its own rule)."""
+    m, n = max(2, int(th["loss_shift_points"])), int(th["loss_shift_window"])
+    recent, history = values[-m:], values[-m - n : -m]
+    if len(recent) < m or len(history) < max(th["sigma_spike_min_points"], 2):
+        return False, None, None
+    if not all(math.isfinite(v) for v in (*recent, *history)):
+        return False, None, None
+    mean, now = float(np.mean(history)), float(np.mean(sorted(recent)[:-1]))
+    error = float(np.std(history)) / math.sqrt(m - 1)
+    jump = now - mean
+    return jump > th["loss_shift_multiple"] * error and jump > th["sigma_spike_min_relative"] * abs(mean), mean, now
+
+
+def loss_shifts(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, float]) -> list[NewAlert]:
+    """``loss_shift`` where the test starts to hold (it did not at the loss's previous point)."""
+    m = max(2, int(th["loss_shift_points"]))
+    series = _collect(cols, lambda name: -math.inf if name == "loss" else None, strict=False)
+    alerts = []
+    for ((name, layer), pts), before in zip(
+        series.items(), _windows(reader, run_id, series, int(th["loss_shift_window"]) + m)
+    ):
+        values = [v for _, v in before]
+        was = mean_shift(values, th)[0]
+        for step, value in pts:
+            values.append(value)
+            now, mean, recent = mean_shift(values, th)
+            if now and not was:
+                assert mean is not None and recent is not None
+                message = (
+                    f"the loss stepped up: its last {m} logged values to step {step}, their largest left out, "
+                    f"average {recent:.4g}, above "
+                    f"the mean {mean:.4g} of the {int(th['loss_shift_window'])} before them by more than "
+                    f"{th['loss_shift_multiple']:.3g} standard errors"
+                )
+                alerts.append(NewAlert("loss_shift", "warning", name, layer, step, value, mean, message))
+            was = now
+    return alerts
+
+
 def detect_trends(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, float]) -> list[NewAlert]:
     """Every trend rule's alerts on one batch (after it is stored)."""
     return [
         *ceilings(reader, run_id, cols, th),
         *growth(reader, run_id, cols, th),
         *sigma_spikes(reader, run_id, cols, th),
+        *loss_shifts(reader, run_id, cols, th),
     ]

@@ -1,4 +1,4 @@
-"""The loss and grad-norm spike rules on series the benchmark recorded, through both alert sources.
+"""The loss and grad-norm spike rules and the loss shift on series the benchmark recorded, through both alert sources.
 
 Each case takes the run-level loss and grad norm of a run ``bench/early_warning.py`` recorded (one
 ``/metrics`` scrape per logged step, ``tests/monitor/data/ew_series/``), edited where the case needs
@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from hyperwatch.monitor.detect.defaults import DEFAULT_THRESHOLDS
 from tests.monitor.conftest import create_run, post_points, promtool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,9 +29,11 @@ from ew_prom import from_columns, replay  # noqa: E402
 
 SERIES = Path(__file__).parent / "data" / "ew_series"
 LOSS, GRAD = "hyperwatch_run_loss_nats", "hyperwatch_run_grad_norm"
-KEEP = (LOSS, GRAD, "hyperwatch_run_sigma_spike_")  # the series these rules read (their gauges included)
+SHIFT = "hyperwatch_run_loss_shift_multiple"
+KEEP = (LOSS, GRAD, "hyperwatch_run_sigma_spike_", SHIFT)  # the series these rules read (their gauges included)
 RULES = {
     "loss_spike": "HyperWatchLossSpike",
+    "loss_shift": "HyperWatchLossShift",
     "grad_norm_spike": "HyperWatchGradNormSpike",
     "nan_loss": "HyperWatchNaNLoss",
 }
@@ -41,6 +44,9 @@ Columns = dict[str, list[Any]]
 def _recorded(name: str) -> tuple[list[int], Columns]:
     rec = json.loads((SERIES / f"{name}.json").read_text())
     cols = {k: list(v) for k, v in rec["series"].items() if k.startswith(KEEP)}
+    loss = next(k for k in cols if k.startswith(LOSS + "{"))
+    shift = DEFAULT_THRESHOLDS["loss_shift_multiple"]  # older recordings lack the gauge the service exports now
+    cols.setdefault(SHIFT + loss[len(LOSS) :], [None if v is None else shift for v in cols[loss]])
     return rec["logged_steps"], cols
 
 
@@ -73,15 +79,21 @@ def _climb(cols: Columns) -> None:
 # case -> (recorded run, edit, first step of each rule); rules not named must stay silent
 CASES: dict[str, tuple[str, Callable[[Columns], None] | None, dict[str, int]]] = {
     # the bundled trainer's LR x 30 at step 100: the loss jumps at 104 (7.3 sigma of its previous 16
-    # points); its grad norm blips at 104 (4.3 sigma of 128) and is back at 108: no grad-norm spike
-    "lr-bump": ("lr_bump", None, {"loss_spike": 104}),
+    # points); its grad norm blips at 104 (4.3 sigma of 128) and is back at 108: no grad-norm spike;
+    # the loss stays up: the mean of its 6 logged points to 116, their largest left out, is a loss shift
+    "lr-bump": ("lr_bump", None, {"loss_spike": 104, "loss_shift": 116}),
+    # the same trainer at seed 100: its loss rises ~0.45 nats at the bump (about 2 sigma of its 16
+    # previous points, no spike) and stays up: the mean of 6 logged points, their largest left out, is
+    # 3.6 standard errors up
+    "lr-bump-small": ("lr_bump_small", None, {"loss_shift": 124}),
     # a healthy HF run: a one-point grad-norm blip at 164 (7.4 sigma of 128), the loss unmoved
     "grad-blip": ("grad_blip", None, {}),
     # the same blip held for the next logged point: a grad-norm spike at the second
     "grad-held": ("grad_blip", _hold_blip, {"grad_norm_spike": 168}),
     # a NaN loss at the 30th logged step: NaN alerts, and the NaN never enters a spike's window
     "nan": ("healthy", _nan_at(30), {"nan_loss": 120}),
-    # a steady climb is no spike (the growth rules and the loss's own departure are another matter)
+    # a steady climb of 0.02 nats per logged point (the batch noise is ~0.3) is neither a spike nor,
+    # against a loss that still falls, a shift (the growth rules and the loss's departure are another matter)
     "climb": ("healthy", _climb, {}),
     "healthy": ("healthy", None, {}),
 }

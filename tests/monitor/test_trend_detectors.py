@@ -11,11 +11,12 @@ import math
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
 from hyperwatch.monitor.detect.defaults import DEFAULT_THRESHOLDS
-from hyperwatch.monitor.detect.trends import fitted_log_rise, persistent_spike, sigma_spike, theil_sen_slope
+from hyperwatch.monitor.detect.trends import fitted_log_rise, mean_shift, persistent_spike, sigma_spike, theil_sen_slope
 from tests.monitor.conftest import AUTH, create_run, post_points
 
 LAYERS = 4
@@ -63,6 +64,21 @@ def test_theil_sen_and_sigma_spike_on_plain_series() -> None:
     assert persistent_spike([3.5, 3.4], flat, th) == (True, pytest.approx(3.01, abs=1e-3))  # held: both above one bar
     assert not persistent_spike([3.5, 3.01], flat, th)[0]  # a blip the next logged point does not repeat
     assert not persistent_spike([3.5, math.nan], flat, th)[0]  # a NaN is no confirmation (it has its own rule)
+
+
+def test_mean_shift_sees_a_step_that_stays_up_and_not_a_blip() -> None:
+    th = dict(DEFAULT_THRESHOLDS)
+    rng = random.Random(3)
+    base = [3.0 + rng.gauss(0, 0.1) for _ in range(16)]
+    sigma = float(np.std(base))
+    up = [float(np.mean(base)) + 2 * sigma] * 6  # 2 sigma, no point of it a 4-sigma spike
+    shifted, mean, recent = mean_shift(base + up, th)
+    assert shifted and mean == pytest.approx(np.mean(base)) and recent == pytest.approx(up[0])
+    assert not any(sigma_spike(v, base, th)[0] for v in up)  # the spike rule cannot see it
+    assert not mean_shift(base + [up[0]] + [float(np.mean(base))] * 5, th)[0]  # one point up is no shift
+    assert not mean_shift(base + [30.0] + [float(np.mean(base))] * 5, th)[0]  # nor one spike, however tall
+    assert not mean_shift(base[4:] + up, th)[0]  # 12 values of history: too few
+    assert not mean_shift(base + up[:5] + [math.nan], th)[0]  # NaN has its own rule
 
 
 def test_steady_climb_is_one_growth_incident_not_one_alert_per_step(client: TestClient) -> None:
