@@ -279,10 +279,9 @@ def main() -> int:
         a: sorted({trained[r.name] for r in results if not truth[r.name].wrong and r.first_warning[a] is not None})
         for a in ALERT_SOURCES
     }
-    excess = {trained[r.name]: truth[r.name].excess for r in results}
     print(
         f"distinct runs trained: {len(distinct)}; distinct healthy runs: {len(healthy_runs)}; false alarms on them: "
-        + ", ".join(f"{a} {len(v)} {[f'{n} ({excess[n]:+.3f})' for n in v]}" for a, v in fa.items())
+        + ", ".join(f"{a} {len(v)} {[f'{n} ({truth_by_run[n].excess:+.3f})' for n in v]}" for a, v in fa.items())
     )
     clear = args.margin / 2
     print(

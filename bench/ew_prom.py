@@ -47,6 +47,19 @@ def to_columns(scrapes: Sequence[Scrape]) -> dict[str, list[float | None]]:
     return {k: [s.get(k) for s in scrapes] for k in keys}
 
 
+def column_key(columns: dict[str, list[float | None]], gauge: str) -> str:
+    """The one recorded series of ``gauge`` (its key, labels included)."""
+    (key,) = [k for k in columns if k.startswith(gauge + "{")]
+    return key
+
+
+def add_threshold(columns: dict[str, list[float | None]], beside: str, threshold: str, value: float) -> None:
+    """A threshold gauge the service exports now, where a recording predates it: ``value`` at every
+    scrape that holds ``beside``'s series, under the same labels (a recorded one is kept)."""
+    key = column_key(columns, beside)
+    columns.setdefault(threshold + key[len(beside) :], [None if v is None else value for v in columns[key]])
+
+
 def from_columns(columns: dict[str, list[float | None]]) -> list[Scrape]:
     """:func:`to_columns` undone."""
     n = max((len(v) for v in columns.values()), default=0)

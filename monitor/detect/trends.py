@@ -214,29 +214,50 @@ def spike_span(name: str, th: dict[str, float]) -> tuple[int, int]:
     return int(th[f"{name}_spike_window"]), max(1, int(th[f"{name}_spike_persist"]))
 
 
-def sigma_spikes(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, float]) -> list[NewAlert]:
+def shift_span(th: dict[str, float]) -> tuple[int, int]:
+    """(window, points) of the loss shift: the values it is judged against and the latest it tests."""
+    return int(th["loss_shift_window"]), max(2, int(th["loss_shift_points"]))
+
+
+def loss_and_grad_norm(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, float]) -> list[NewAlert]:
+    """The sigma spikes of the loss and the grad norm and the loss's shift, on one window read per series."""
     spans = {name: spike_span(name, th) for name in SIGMA_SPIKE_METRICS}
-    limit = max(n + p - 1 for n, p in spans.values())
+    limit = max(*(n + p - 1 for n, p in spans.values()), sum(shift_span(th)))
     series = _collect(cols, lambda name: -math.inf if name in SIGMA_SPIKE_METRICS else None, strict=False)
     alerts = []
     for ((name, layer), pts), before in zip(series.items(), _windows(reader, run_id, series, limit)):
-        n, persist = spans[name]
-        values = [v for _, v in before] + [v for _, v in pts]
-        for j, (step, value) in enumerate(pts, start=len(before)):
-            first = j - persist + 1
-            if first < 0:
-                continue
-            history = values[max(0, first - n) : first]
-            spike, mean = persistent_spike(values[first : j + 1], history, th)
-            if spike:
-                assert mean is not None
-                k = th["sigma_spike_multiple"]
-                held = f" ({persist} logged points in a row)" if persist > 1 else ""
-                message = (
-                    f"{name} spiked to {value:.4g} at step {step}{held}: above the trailing mean {mean:.4g} "
-                    f"+ {k:.3g} sigma of the {len(history)} values before"
-                )
-                alerts.append(NewAlert(SIGMA_SPIKE_METRICS[name], "warning", name, layer, step, value, mean, message))
+        alerts += _spikes(name, layer, pts, before, spans[name], th)
+        if name == "loss":
+            alerts += _shifts(layer, pts, before, th)
+    return alerts
+
+
+def _spikes(
+    name: str,
+    layer: int | None,
+    pts: list[tuple[int, float]],
+    before: list[tuple[int, float]],
+    span: tuple[int, int],
+    th: dict[str, float],
+) -> list[NewAlert]:
+    n, persist = span
+    values = [v for _, v in before] + [v for _, v in pts]
+    alerts = []
+    for j, (step, value) in enumerate(pts, start=len(before)):
+        first = j - persist + 1
+        if first < 0:
+            continue
+        history = values[max(0, first - n) : first]
+        spike, mean = persistent_spike(values[first : j + 1], history, th)
+        if spike:
+            assert mean is not None
+            k = th["sigma_spike_multiple"]
+            held = f" ({persist} logged points in a row)" if persist > 1 else ""
+            message = (
+                f"{name} spiked to {value:.4g} at step {step}{held}: above the trailing mean {mean:.4g} "
+                f"+ {k:.3g} sigma of the {len(history)} values before"
+            )
+            alerts.append(NewAlert(SIGMA_SPIKE_METRICS[name], "warning", name, layer, step, value, mean, message))
     return alerts
 
 
@@ -246,7 +267,7 @@ def mean_shift(values: Sequence[float], th: dict[str, float]) -> tuple[bool, flo
     above the mean of the ``loss_shift_window`` before them by ``loss_shift_multiple`` standard errors
     (sigma / sqrt(points - 1)) and by the relative minimum. Any non-finite value in either part is no
     verdict (NaN has its own rule)."""
-    m, n = max(2, int(th["loss_shift_points"])), int(th["loss_shift_window"])
+    n, m = shift_span(th)
     recent, history = values[-m:], values[-m - n : -m]
     if len(recent) < m or len(history) < max(th["sigma_spike_min_points"], 2):
         return False, None, None
@@ -258,29 +279,26 @@ def mean_shift(values: Sequence[float], th: dict[str, float]) -> tuple[bool, flo
     return jump > th["loss_shift_multiple"] * error and jump > th["sigma_spike_min_relative"] * abs(mean), mean, now
 
 
-def loss_shifts(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, float]) -> list[NewAlert]:
+def _shifts(
+    layer: int | None, pts: list[tuple[int, float]], before: list[tuple[int, float]], th: dict[str, float]
+) -> list[NewAlert]:
     """``loss_shift`` where the test starts to hold (it did not at the loss's previous point)."""
-    m = max(2, int(th["loss_shift_points"]))
-    series = _collect(cols, lambda name: -math.inf if name == "loss" else None, strict=False)
+    n, m = shift_span(th)
+    values = [v for _, v in before]
+    was = mean_shift(values, th)[0]
     alerts = []
-    for ((name, layer), pts), before in zip(
-        series.items(), _windows(reader, run_id, series, int(th["loss_shift_window"]) + m)
-    ):
-        values = [v for _, v in before]
-        was = mean_shift(values, th)[0]
-        for step, value in pts:
-            values.append(value)
-            now, mean, recent = mean_shift(values, th)
-            if now and not was:
-                assert mean is not None and recent is not None
-                message = (
-                    f"the loss stepped up: its last {m} logged values to step {step}, their largest left out, "
-                    f"average {recent:.4g}, above "
-                    f"the mean {mean:.4g} of the {int(th['loss_shift_window'])} before them by more than "
-                    f"{th['loss_shift_multiple']:.3g} standard errors"
-                )
-                alerts.append(NewAlert("loss_shift", "warning", name, layer, step, value, mean, message))
-            was = now
+    for step, value in pts:
+        values.append(value)
+        now, mean, recent = mean_shift(values, th)
+        if now and not was:
+            assert mean is not None and recent is not None
+            message = (
+                f"the loss stepped up: its last {m} logged values to step {step}, their largest left out, "
+                f"average {recent:.4g}, above the mean {mean:.4g} of the {n} before them by more than "
+                f"{th['loss_shift_multiple']:.3g} standard errors"
+            )
+            alerts.append(NewAlert("loss_shift", "warning", "loss", layer, step, value, mean, message))
+        was = now
     return alerts
 
 
@@ -289,6 +307,5 @@ def detect_trends(reader: WindowReader, run_id: int, cols: PointColumns, th: dic
     return [
         *ceilings(reader, run_id, cols, th),
         *growth(reader, run_id, cols, th),
-        *sigma_spikes(reader, run_id, cols, th),
-        *loss_shifts(reader, run_id, cols, th),
+        *loss_and_grad_norm(reader, run_id, cols, th),
     ]

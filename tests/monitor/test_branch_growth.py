@@ -26,7 +26,7 @@ from tests.monitor.conftest import AUTH, create_run, post_points, promtool
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
-from ew_prom import from_columns, replay  # noqa: E402
+from ew_prom import add_threshold, column_key, from_columns, replay  # noqa: E402
 
 SERIES = Path(__file__).parent / "data" / "ew_series"
 ALERTS = {"attention_rms": "HyperWatchAttentionRMSGrowth", "mlp_rms": "HyperWatchMLPRMSGrowth"}
@@ -43,22 +43,13 @@ CASES: dict[str, dict[str, int | None]] = {
 }
 
 
-def _key(cols: dict[str, list[Any]], gauge: str) -> str:
-    (key,) = [k for k in cols if k.startswith(gauge + "{")]
-    return key
-
-
 def _recorded(name: str) -> tuple[str, list[int], dict[str, list[Any]]]:
     """The run's scrapes with the floor gauges the service exports now (older recordings lack them)."""
     rec = json.loads((SERIES / f"{name}.json").read_text())
     cols: dict[str, list[Any]] = {k: list(v) for k, v in rec["series"].items()}
     for metric in ALERTS:
-        values = _key(cols, f"hyperwatch_run_{metric}_max")
-        labels = values[len(f"hyperwatch_run_{metric}_max") :]
         floor = DEFAULT_THRESHOLDS[f"{metric}_growth_floor"]
-        cols.setdefault(
-            f"hyperwatch_run_{metric}_growth_floor{labels}", [None if v is None else floor for v in cols[values]]
-        )
+        add_threshold(cols, f"hyperwatch_run_{metric}_max", f"hyperwatch_run_{metric}_growth_floor", floor)
     return rec["run"], rec["logged_steps"], cols
 
 
@@ -81,7 +72,7 @@ def prometheus_first(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict
 def _send(client: TestClient, run: str, name: str) -> None:
     """The recorded max over layers of each branch sent as one layer's value, a batch per logged step."""
     _, steps, cols = _recorded(name)
-    series = {metric: cols[_key(cols, f"hyperwatch_run_{metric}_max")] for metric in ALERTS}
+    series = {metric: cols[column_key(cols, f"hyperwatch_run_{metric}_max")] for metric in ALERTS}
     for i, step in enumerate(steps):
         pts: list[dict[str, object]] = []
         for metric, values in series.items():

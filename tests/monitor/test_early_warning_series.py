@@ -25,7 +25,7 @@ from tests.monitor.conftest import create_run, post_points, promtool
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
-from ew_prom import from_columns, replay  # noqa: E402
+from ew_prom import add_threshold, column_key, from_columns, replay  # noqa: E402
 
 SERIES = Path(__file__).parent / "data" / "ew_series"
 LOSS, GRAD = "hyperwatch_run_loss_nats", "hyperwatch_run_grad_norm"
@@ -44,15 +44,12 @@ Columns = dict[str, list[Any]]
 def _recorded(name: str) -> tuple[list[int], Columns]:
     rec = json.loads((SERIES / f"{name}.json").read_text())
     cols = {k: list(v) for k, v in rec["series"].items() if k.startswith(KEEP)}
-    loss = next(k for k in cols if k.startswith(LOSS + "{"))
-    shift = DEFAULT_THRESHOLDS["loss_shift_multiple"]  # older recordings lack the gauge the service exports now
-    cols.setdefault(SHIFT + loss[len(LOSS) :], [None if v is None else shift for v in cols[loss]])
+    add_threshold(cols, LOSS, SHIFT, DEFAULT_THRESHOLDS["loss_shift_multiple"])
     return rec["logged_steps"], cols
 
 
 def _column(cols: Columns, metric: str) -> list[Any]:
-    (key,) = [k for k in cols if k.startswith(metric + "{")]
-    return cols[key]
+    return cols[column_key(cols, metric)]
 
 
 def _hold_blip(cols: Columns) -> None:
