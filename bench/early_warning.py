@@ -192,6 +192,15 @@ def first_by_rule(steps_by_rule: dict[str, list[int]]) -> dict[str, int]:
     return {rule: min(steps) for rule, steps in steps_by_rule.items() if steps}
 
 
+def first_loss_warning(steps_by_rule: dict[str, list[int]], since: int = 0) -> int | None:
+    """The first step from ``since`` on at which a rule judged by the loss warned (the MaxVio rules
+    guard expert load: they have their own table)."""
+    return min(
+        (s for rule, steps in steps_by_rule.items() if rule not in EFFICIENCY_RULES for s in steps if s >= since),
+        default=None,
+    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=200, help="optimizer steps per run (default 200)")
@@ -245,20 +254,20 @@ def main() -> int:
     results: list[RunResult] = []
     for spec in specs:
         rec = recorded[trained[spec.name]]
-        svc_first = first_by_rule(
-            {rule: [a["step"] for a in alerts.get(trained[spec.name], []) if a["rule"] == rule] for rule in
-             {a["rule"] for a in alerts.get(trained[spec.name], [])}}
-        )  # fmt: skip
-        prom_first = {
-            alert: rec["logged_steps"][at[0]] for alert, at in fired.get(trained[spec.name], {}).items() if at
-        }
-        rec["first_by_rule"] = {"service": svc_first, "prometheus": prom_first}
-        rec["alert_count"] = len(alerts.get(trained[spec.name], []))
-        first = {  # the loss-judged table: every rule but the MaxVio ones (they guard expert load)
-            a: min((v for k, v in by.items() if k not in EFFICIENCY_RULES), default=None)
-            for a, by in (("service", svc_first), ("prometheus", prom_first))
-        }
-        results.append(RunResult(spec.name, spec.scenario, spec.source, spec.steps, rec["losses"], first))
+        stored = alerts.get(trained[spec.name], [])
+        steps_by: dict[str, dict[str, list[int]]] = {"service": {}, "prometheus": {}}
+        for a in stored:
+            steps_by["service"].setdefault(a["rule"], []).append(a["step"])
+        for alert, at in fired.get(trained[spec.name], {}).items():
+            steps_by["prometheus"][alert] = [rec["logged_steps"][i] for i in at]
+        rec["first_by_rule"] = {a: first_by_rule(by) for a, by in steps_by.items()}
+        rec["alert_count"] = len(stored)
+        first = {a: first_loss_warning(by) for a, by in steps_by.items()}
+        onset = spec.onset
+        after = {a: first_loss_warning(by, onset) for a, by in steps_by.items()} if onset is not None else {}
+        results.append(
+            RunResult(spec.name, spec.scenario, spec.source, spec.steps, rec["losses"], first, onset, after)
+        )
     twins: dict[str, list[str]] = {}
     for spec in specs:
         if spec.healthy:
@@ -270,7 +279,8 @@ def main() -> int:
     print()
     print(
         f"early warning: {len(specs)} runs in {len(distinct)} trained, {elapsed:.0f} s "
-        f"(margin {args.margin} nats; lead frac = first warning / steps)"
+        f"(margin {args.margin} nats; lead frac = first warning / steps, or for a fault injected mid-run the first "
+        "warning from its onset / steps left from it; preFA = warned before an injected fault)"
     )
     print(format_table(rows))
     healthy_runs = {trained[r.name] for r in results if not truth[r.name].wrong}

@@ -63,6 +63,11 @@ class RunSpec:
     def name(self) -> str:
         return f"{self.scenario}-{self.source}-{self.arm}-s{self.seed}"
 
+    @property
+    def onset(self) -> int | None:
+        """The first step of the LR bump (a fault injected mid-run); None without one."""
+        return None if self.lr_bump is None else math.ceil(self.lr_bump[0] * self.steps)
+
     def lr_at(self, step: int) -> float:
         """Linear warmup to ``lr``, constant after; ``lr_bump`` multiplies it on its window."""
         lr = self.lr * min(1.0, (step + 1) / self.warmup)

@@ -13,6 +13,11 @@ Per alert source (service detectors, Prometheus rules) a run's first warning ste
 ``lead_frac`` = first warning step / steps trained (the target: <= 0.25 for every run that went
 wrong), ``lead_steps`` = departure step - first warning step (> 0: warned before the loss departed),
 and a warning on a run that did not go wrong is a false alarm.
+
+A run whose fault is injected mid-run (an LR bump from step ``onset``) is healthy until its onset:
+nothing can warn of it before, and a warning before it is a false alarm on the healthy part
+(``pre_fault``). Its warning is the first at or after the onset, and its ``lead_frac`` is counted on
+the training left from the onset: (warning - onset) / (steps - onset).
 """
 
 from __future__ import annotations
@@ -36,6 +41,22 @@ class RunResult:
     steps: int
     losses: list[float]
     first_warning: dict[str, int | None] = field(default_factory=dict)  # alert source -> step (None: never)
+    onset: int | None = None  # the step a fault is injected from (None: the run is what its config makes it)
+    after_onset: dict[str, int | None] = field(default_factory=dict)  # alert source -> first step >= onset
+
+    def warning(self, alert: str) -> tuple[int | None, float | None]:
+        """The warning that counts for a run gone wrong, and its lead fraction: the first one, or with
+        an injected fault the first at or after the onset, on the training left from the onset."""
+        if self.onset is None:
+            step = self.first_warning.get(alert)
+            return step, None if step is None else step / self.steps
+        step = self.after_onset.get(alert)
+        return step, None if step is None else (step - self.onset) / (self.steps - self.onset)
+
+    def pre_fault(self, alert: str) -> bool:
+        """Warned before its injected fault, while the run was still healthy: a false alarm."""
+        first = self.first_warning.get(alert)
+        return self.onset is not None and first is not None and first < self.onset
 
     @property
     def cell(self) -> str:
@@ -148,12 +169,13 @@ def score(runs: Sequence[RunResult], truth: dict[str, Truth], alert_sources: Seq
         for alert in alert_sources:
             wrong = [r for r in members if truth[r.name].wrong]
             healthy = [r for r in members if not truth[r.name].wrong]
-            warned = [r for r in wrong if r.first_warning.get(alert) is not None]
-            fracs = [r.first_warning[alert] / r.steps for r in warned]  # type: ignore[operator]
+            hits = {r.name: r.warning(alert) for r in wrong}
+            warned = [r for r in wrong if hits[r.name][0] is not None]
+            fracs = [f for r in warned if (f := hits[r.name][1]) is not None]
             leads = [
-                truth[r.name].departure - r.first_warning[alert]  # type: ignore[operator]
+                dep - step
                 for r in warned
-                if truth[r.name].departure is not None
+                if (dep := truth[r.name].departure) is not None and (step := hits[r.name][0]) is not None
             ]
             rows.append(
                 {
@@ -171,6 +193,7 @@ def score(runs: Sequence[RunResult], truth: dict[str, Truth], alert_sources: Seq
                     "median_lead_steps": _median([float(v) for v in leads]),
                     "healthy": len(healthy),
                     "false_alarms": sum(r.first_warning.get(alert) is not None for r in healthy),
+                    "pre_fault": sum(r.pre_fault(alert) for r in wrong),
                 }
             )
     return rows
@@ -189,9 +212,11 @@ def totals(rows: Sequence[dict[str, Any]], alert_sources: Sequence[str]) -> list
                 "alerts": alert,
                 **{
                     k: sum(r[k] for r in mine)
-                    for k in ("runs", "wrong", "warned", "within_25pct", "missed", "before_departure", "healthy")
+                    for k in (
+                        "runs", "wrong", "warned", "within_25pct", "missed", "before_departure", "healthy",
+                        "false_alarms", "pre_fault",
+                    )
                 },
-                "false_alarms": sum(r["false_alarms"] for r in mine),
                 "median_lead_frac": None,
                 "worst_lead_frac": max(worst) if worst else None,
                 "median_lead_steps": None,
@@ -215,6 +240,7 @@ COLUMNS = (
     ("median_lead_steps", 9),
     ("healthy", 7),
     ("false_alarms", 6),
+    ("pre_fault", 5),
 )
 HEADERS = {
     "within_25pct": "<=25%",
@@ -223,6 +249,7 @@ HEADERS = {
     "before_departure": "pre-dep",
     "median_lead_steps": "lead stp",
     "false_alarms": "FA",
+    "pre_fault": "preFA",
 }
 
 

@@ -126,6 +126,45 @@ def test_score_counts_leads_misses_and_false_alarms_per_alert_source() -> None:
     assert "service" in table and "prometheus" in table and "ALL" in table
 
 
+def test_a_fault_injected_mid_run_is_scored_from_its_onset() -> None:
+    """Nothing can warn of an LR bump before it comes: the warning that counts is the first from the
+    onset, its lead is on the training left, and a warning before it is a false alarm on the healthy part."""
+    healthy = _curve()
+    bumped = _curve(bend_at=50, rise=0.02)
+
+    def bump(name: str, first: int | None, after: int | None) -> RunResult:
+        warn = {"service": first, "prometheus": first}
+        return RunResult(name, "s", "gpt", STEPS, bumped, warn, 50, {"service": after, "prometheus": after})
+
+    runs = [
+        _run("twin", healthy),
+        bump("at-bump", 55, 55),  # 5 of the 50 steps left: 0.1
+        bump("early-then-at", 20, 60),  # a pre-fault false alarm, then the bump warned at 0.2
+        bump("only-early", 10, None),  # warned while healthy, silent on the fault
+        bump("late", 80, 80),  # 0.6 of the steps left
+    ]
+    truth = ground_truth(runs, margin=0.1)
+    assert all(truth[n].wrong for n in ("at-bump", "early-then-at", "only-early", "late"))
+    assert runs[1].warning("service") == (55, pytest.approx(0.1))
+    assert runs[3].warning("service") == (None, None) and runs[3].pre_fault("service")
+    assert not runs[1].pre_fault("service") and not runs[0].pre_fault("service")
+    row = score(runs, truth, ("service",))[0]
+    assert (row["warned"], row["missed"], row["within_25pct"], row["pre_fault"]) == (3, 1, 2, 2)
+    assert row["worst_lead_frac"] == pytest.approx(0.6) and row["median_lead_frac"] == pytest.approx(0.2)
+    assert (row["healthy"], row["false_alarms"]) == (1, 0)
+    assert totals([row], ("service",))[0]["pre_fault"] == 2
+    assert "preFA" in format_table([row])
+
+
+def test_the_bump_onset_is_the_first_step_its_lr_applies() -> None:
+    from ew_models import RunSpec
+
+    spec = RunSpec("loss_spike", "gpt", "bump", 1e-3, 199, warmup=1, lr_bump=(0.5, 0.55, 30.0))
+    assert spec.onset == 100  # 0.5 x 199 = 99.5: step 99 runs at the plain LR
+    assert spec.lr_at(spec.onset) == pytest.approx(3e-2) and spec.lr_at(spec.onset - 1) == pytest.approx(1e-3)
+    assert RunSpec("nan", "gpt", "plain", 1e-3, 200).onset is None
+
+
 def test_the_twin_is_the_best_of_the_named_healthy_arm_and_departures_are_sustained() -> None:
     runs = [
         _run("safe-s0", [v + 0.02 for v in _curve()]),
