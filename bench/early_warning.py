@@ -26,6 +26,7 @@ it (and every run's losses and first warnings) as JSON.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -230,6 +231,8 @@ def main() -> int:
         keep = set(args.only.split(","))
         specs = [s for s in specs if s.scenario in keep]
     data = stdlib_bytes(2_000_000)
+    # the bytes come from this interpreter's standard library: another Python version trains on other data
+    fingerprint = hashlib.sha256(data.tobytes()).hexdigest()[:12]
     work = args.workdir or Path(tempfile.mkdtemp(prefix="hyperwatch-ew-"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -265,9 +268,7 @@ def main() -> int:
         first = {a: first_loss_warning(by) for a, by in steps_by.items()}
         onset = spec.onset
         after = {a: first_loss_warning(by, onset) for a, by in steps_by.items()} if onset is not None else {}
-        results.append(
-            RunResult(spec.name, spec.scenario, spec.source, spec.steps, rec["losses"], first, onset, after)
-        )
+        results.append(RunResult(spec.name, spec.scenario, spec.source, spec.steps, rec["losses"], first, onset, after))
     twins: dict[str, list[str]] = {}
     for spec in specs:
         if spec.healthy:
@@ -278,7 +279,7 @@ def main() -> int:
     elapsed = time.perf_counter() - t0
     print()
     print(
-        f"early warning: {len(specs)} runs in {len(distinct)} trained, {elapsed:.0f} s "
+        f"early warning: {len(specs)} runs in {len(distinct)} trained, {elapsed:.0f} s, data sha256 {fingerprint} "
         f"(margin {args.margin} nats; lead frac = first warning / steps, or for a fault injected mid-run the first "
         "warning from its onset / steps left from it; preFA = warned before an injected fault)"
     )
@@ -342,7 +343,7 @@ def main() -> int:
                     "rows": rows,
                     "efficiency_rows": eff_rows,
                     "runs": runs_out,
-                    "args": vars(args) | {"out": str(args.out), "workdir": str(work)},
+                    "args": vars(args) | {"out": str(args.out), "workdir": str(work), "data_sha256": fingerprint},
                 },
                 default=str,
                 indent=1,

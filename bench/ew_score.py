@@ -29,6 +29,18 @@ from statistics import median
 from typing import Any
 
 TARGET_FRAC = 0.25
+# the counts the ALL row sums over a source's rows
+SUMMED = (
+    "runs",
+    "wrong",
+    "warned",
+    "within_25pct",
+    "missed",
+    "before_departure",
+    "healthy",
+    "false_alarms",
+    "pre_fault",
+)
 
 
 @dataclass
@@ -210,13 +222,7 @@ def totals(rows: Sequence[dict[str, Any]], alert_sources: Sequence[str]) -> list
                 "scenario": "ALL",
                 "model": "*",
                 "alerts": alert,
-                **{
-                    k: sum(r[k] for r in mine)
-                    for k in (
-                        "runs", "wrong", "warned", "within_25pct", "missed", "before_departure", "healthy",
-                        "false_alarms", "pre_fault",
-                    )
-                },
+                **{k: sum(r[k] for r in mine) for k in SUMMED},
                 "median_lead_frac": None,
                 "worst_lead_frac": max(worst) if worst else None,
                 "median_lead_steps": None,
