@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -52,17 +53,22 @@ def first_loss_warning(run: Mapping[str, Any], source: str) -> int | None:
     return min((v for k, v in by_rule.items() if k not in EFFICIENCY_RULES), default=None)
 
 
-def arms(outputs: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Per arm, one entry per seed over all the outputs: run, excess, wrong, first warning per source."""
+def arms(outputs: Iterable[Mapping[str, Any]], margin: float | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Per arm, one entry per seed over all the outputs: run, excess, wrong, first warning per source.
+
+    ``margin``: judge "went wrong" again at another margin (non-finite, or the final loss worse than
+    the twin's by more than it); None keeps the benchmark's own verdict."""
     out: dict[str, list[dict[str, Any]]] = {}
     for output in outputs:
         for name, run in output["runs"].items():
             truth = run["truth"]
+            excess = truth["excess"]
+            wrong = truth["wrong"] if margin is None else not math.isfinite(excess) or excess > margin
             out.setdefault(arm_of(name), []).append(
                 {
                     "run": name,
-                    "excess": truth["excess"],
-                    "wrong": truth["wrong"],
+                    "excess": excess,
+                    "wrong": wrong,
                     **{s: first_loss_warning(run, s) for s in SOURCES},
                 }
             )
@@ -118,6 +124,7 @@ def _fmt(seed: Mapping[str, Any]) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("outputs", nargs="+", type=Path, help="bench/early_warning.py --out files (one per seed set)")
+    p.add_argument("--margin", type=float, help="judge went-wrong again at this margin (default: the benchmark's)")
     p.add_argument("--level", action="append", default=[], help="replay METRIC=X, e.g. attention_rms_max=5")
     p.add_argument("--peak", action="append", default=[], help="per seed of a split arm, METRIC's peak over 25%%")
     args = p.parse_args()
@@ -126,7 +133,7 @@ def main() -> int:
         if not path.is_file():
             p.error(f"outputs: {path} is not a file (write one with bench/early_warning.py --out {path})")
         loaded.append(json.loads(path.read_text()))
-    by_arm = arms(loaded)
+    by_arm = arms(loaded, args.margin)
     folders = {name: path.parent / f"{path.stem}_series" for path, out in zip(args.outputs, loaded, strict=True)
                for name in out["runs"]}  # fmt: skip
     steps = {name: run["spec"]["steps"] for out in loaded for name, run in out["runs"].items()}

@@ -60,6 +60,17 @@ def test_errors_fall_on_split_arms_apart_from_consistent_ones() -> None:
     assert prom["split"]["missed"] == ["moe-lr0.1-s0", "moe-lr0.1-s200"] and prom["split"]["false_alarms"] == []
 
 
+def test_another_margin_judges_the_seeds_again() -> None:
+    outputs = [_output(0, True, False), _output(100, False, True)]
+    loose = arms(outputs, margin=0.05)  # 0.12 and 0.06 both past 0.05: the split arm is consistent, wrong
+    assert kind(loose["moe-lr0.1"]) == "consistent" and all(s["wrong"] for s in loose["moe-lr0.1"])
+    assert errors(loose, "service")["consistent"]["missed"] == ["moe-lr0.1-s0"]
+    strict = arms(outputs, margin=0.5)  # the LR-0.1 arm (0.4) is no longer wrong: its warnings are false alarms
+    assert errors(strict, "prometheus")["consistent"]["false_alarms"] == ["attn-gpt-lr0.1-s0", "attn-gpt-lr0.1-s100"]
+    nonfinite = {"runs": {"nan-gpt-lr3-s0": _run(math.nan, True)}}
+    assert arms([nonfinite], margin=10.0)["nan-gpt-lr3"][0]["wrong"]  # non-finite stays wrong at any margin
+
+
 def test_level_and_peak_read_the_logged_points() -> None:
     steps = [0, 4, 8, 12, 16]
     assert first_level([1.0, 6.0, 2.0, 6.0, 7.0], steps, 5.0) == 16  # two in a row, not the lone 6 at step 4
