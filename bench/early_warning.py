@@ -49,6 +49,7 @@ from ew_score import (  # noqa: E402
     RunResult,
     clear_false_alarms,
     expert_load_truth,
+    first_loss_warning,
     format_efficiency,
     format_table,
     ground_truth,
@@ -191,15 +192,6 @@ def service_alerts(url: str) -> dict[str, list[dict[str, Any]]]:
 
 def first_by_rule(steps_by_rule: dict[str, list[int]]) -> dict[str, int]:
     return {rule: min(steps) for rule, steps in steps_by_rule.items() if steps}
-
-
-def first_loss_warning(steps_by_rule: dict[str, list[int]], since: int = 0) -> int | None:
-    """The first step from ``since`` on at which a rule judged by the loss warned (the MaxVio rules
-    guard expert load: they have their own table)."""
-    return min(
-        (s for rule, steps in steps_by_rule.items() if rule not in EFFICIENCY_RULES for s in steps if s >= since),
-        default=None,
-    )
 
 
 def main() -> int:

@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ew_score import EFFICIENCY_RULES
+from ew_score import first_loss_warning
 
 SEED = re.compile(r"-s(\d+)$")
 SOURCES = ("service", "prometheus")
@@ -47,10 +47,9 @@ def arm_of(run: str) -> str:
     return SEED.sub("", run)
 
 
-def first_loss_warning(run: Mapping[str, Any], source: str) -> int | None:
+def first_warning(run: Mapping[str, Any], source: str) -> int | None:
     """The run's first warning from a rule judged by the loss (MaxVio guards expert load)."""
-    by_rule = run["first_by_rule"][source]
-    return min((v for k, v in by_rule.items() if k not in EFFICIENCY_RULES), default=None)
+    return first_loss_warning({rule: [step] for rule, step in run["first_by_rule"][source].items()})
 
 
 def arms(outputs: Iterable[Mapping[str, Any]], margin: float | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -69,7 +68,7 @@ def arms(outputs: Iterable[Mapping[str, Any]], margin: float | None = None) -> d
                     "run": name,
                     "excess": excess,
                     "wrong": wrong,
-                    **{s: first_loss_warning(run, s) for s in SOURCES},
+                    **{s: first_warning(run, s) for s in SOURCES},
                 }
             )
     return out
@@ -164,7 +163,7 @@ def main() -> int:
         new: dict[str, list[str]] = {"hits": [], "false_alarms": []}
         for output in loaded:
             for name, run in output["runs"].items():
-                if any(first_loss_warning(run, s) is not None for s in SOURCES):
+                if any(first_warning(run, s) is not None for s in SOURCES):
                     continue
                 found = _series(folders[name] / f"{name}.json", metric)
                 step = None if found is None else first_level(found[1], found[0], level)

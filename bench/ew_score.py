@@ -168,6 +168,15 @@ def clear_false_alarms(names: Sequence[str], truth: Mapping[str, Truth], clear: 
     return [n for n in names if not truth[n].wrong and truth[n].excess <= clear]
 
 
+def first_loss_warning(steps_by_rule: Mapping[str, Sequence[int]], since: int = 0) -> int | None:
+    """The first step from ``since`` on at which a rule judged by the loss warned (the MaxVio rules
+    guard expert load: they have their own table)."""
+    return min(
+        (s for rule, steps in steps_by_rule.items() if rule not in EFFICIENCY_RULES for s in steps if s >= since),
+        default=None,
+    )
+
+
 def _median(values: list[float]) -> float | None:
     return median(values) if values else None
 

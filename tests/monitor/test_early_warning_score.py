@@ -17,6 +17,7 @@ from ew_score import (
     departure_step,
     expert_load_truth,
     final_loss,
+    first_loss_warning,
     format_efficiency,
     format_table,
     ground_truth,
@@ -154,6 +155,14 @@ def test_a_fault_injected_mid_run_is_scored_from_its_onset() -> None:
     assert (row["healthy"], row["false_alarms"]) == (1, 0)
     assert totals([row], ("service",))[0]["pre_fault"] == 2
     assert "preFA" in format_table([row])
+
+
+def test_the_first_loss_warning_leaves_maxvio_out_and_can_start_at_an_onset() -> None:
+    by_rule = {"max_vio_collapse": [4], "z_growth": [28, 40], "loss_spike": [104], "HyperWatchMaxVioCollapse": [2]}
+    assert first_loss_warning(by_rule) == 28
+    assert first_loss_warning(by_rule, since=100) == 104
+    assert first_loss_warning(by_rule, since=105) is None
+    assert first_loss_warning({"max_vio_collapse": [4]}) is None
 
 
 def test_the_bump_onset_is_the_first_step_its_lr_applies() -> None:
