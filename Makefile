@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit install sysdeps clean bench fuzz
+.PHONY: demo test lint unit install sysdeps clean bench bench-arms fuzz
 
 # The package declares torch as a range; development and CI pin it through constraints.txt.
 $(STAMP): pyproject.toml constraints.txt
@@ -44,6 +44,18 @@ bench: $(STAMP)
 	$(BIN)/python bench/demo_threads.py
 	nice -n 10 $(BIN)/python bench/forecast.py
 	nice -n 10 $(BIN)/python bench/early_warning.py --out runs/bench/early_warning.json
+
+# The early-warning sweep on three seed sets at once (about 10 minutes on 2 cores), then its arms side
+# by side: which configurations go wrong on some seeds and not on others (bench/README_early_warning.md).
+EW_SEEDS ?= 0 100 200
+EW_ARGS ?=
+bench-arms: $(STAMP) sysdeps
+	mkdir -p runs/bench/arms
+	pids=(); for s in $(EW_SEEDS); do nice -n 5 $(BIN)/python bench/early_warning.py --seed-offset $$s $(EW_ARGS) \
+	  --out runs/bench/arms/s$$s.json > runs/bench/arms/s$$s.log 2>&1 & pids+=($$!); done; \
+	for p in "$${pids[@]}"; do wait $$p || { tail -n 20 runs/bench/arms/*.log; exit 1; }; done
+	$(BIN)/python bench/ew_arms.py $(foreach s,$(EW_SEEDS),runs/bench/arms/s$(s).json) \
+	  --peak attention_rms_max --peak attention_z_max --peak mlp_rms_max --peak router_z_max
 
 # schemathesis over the OpenAPI schema, all checks, write token, on SQLite and PostgreSQL: counts
 # responses >= 500 and 503s (fails on any). Measured: 300 examples = 7,600-7,900 cases per database
