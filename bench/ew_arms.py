@@ -24,6 +24,7 @@ prints the runs it would newly warn (no loss-judged rule warned them), hits and 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import re
@@ -34,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ew_prom import column_key
 from ew_score import first_loss_warning
 
 SEED = re.compile(r"-s(\d+)$")
@@ -102,10 +104,19 @@ def first_level(values: Sequence[float | None], steps: Sequence[int], level: flo
     return None
 
 
+@functools.cache
+def _recorded(path: Path) -> dict[str, Any]:
+    """One run's recorded series, read once however many --peak and --level options ask for it."""
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
 def _series(path: Path, metric: str) -> tuple[list[int], list[float | None]] | None:
-    rec = json.loads(path.read_text())
-    cols = [v for k, v in rec["series"].items() if k.startswith(f"hyperwatch_run_{metric}{{")]
-    return (rec["logged_steps"], cols[0]) if cols else None
+    rec = _recorded(path)
+    try:
+        key = column_key(rec["series"], f"hyperwatch_run_{metric}")
+    except ValueError:  # the run does not send it (a router Z of a dense model)
+        return None
+    return rec["logged_steps"], rec["series"][key]
 
 
 def peak(values: Sequence[float | None], steps: Sequence[int], until: int) -> float | None:
@@ -114,10 +125,17 @@ def peak(values: Sequence[float | None], steps: Sequence[int], until: int) -> fl
     return max(seen) if seen else None
 
 
+def _excess(value: float) -> str:
+    return f"{value:+.3f}" if math.isfinite(value) else "nonfinite"
+
+
+def _verdict(seed: Mapping[str, Any]) -> str:
+    return f"{'W' if seed['wrong'] else ' '} {_excess(seed['excess'])}"
+
+
 def _fmt(seed: Mapping[str, Any]) -> str:
-    excess = "nonfinite" if seed["excess"] != seed["excess"] else f"{seed['excess']:+.3f}"
     warned = "/".join("-" if seed[s] is None else str(seed[s]) for s in SOURCES)
-    return f"{'W' if seed['wrong'] else ' '} {excess} @{warned}"
+    return f"{_verdict(seed)} @{warned}"
 
 
 def main() -> int:
@@ -152,7 +170,7 @@ def main() -> int:
                 found = _series(folders[s["run"]] / f"{s['run']}.json", metric)
                 top = None if found is None else peak(found[1], found[0], steps[s["run"]] // 4)
                 value = "-" if top is None else f"{top:.3g}"
-                shown.append(f"{'W' if s['wrong'] else ' '} {s['excess']:+.3f}: {value}")
+                shown.append(f"{_verdict(s)}: {value}")
             print(f"peak {metric} over the first 25%, {arm}: " + ", ".join(shown))
     for spec in args.level:
         metric, _, raw = spec.partition("=")
@@ -169,7 +187,8 @@ def main() -> int:
                 step = None if found is None else first_level(found[1], found[0], level)
                 if step is not None:
                     truth = run["truth"]
-                    new["hits" if truth["wrong"] else "false_alarms"].append(f"{name} ({truth['excess']:+.3f}) @{step}")
+                    kind_of = "hits" if truth["wrong"] else "false_alarms"
+                    new[kind_of].append(f"{name} ({_excess(truth['excess'])}) @{step}")
         print(f"--level {metric}={level:g} would newly warn: hits {len(new['hits'])} {new['hits']}, "
               f"false alarms {len(new['false_alarms'])} {new['false_alarms']}")  # fmt: skip
     return 0
