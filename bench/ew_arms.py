@@ -63,7 +63,7 @@ def arms(outputs: Iterable[Mapping[str, Any]], margin: float | None = None) -> d
     for output in outputs:
         for name, run in output["runs"].items():
             truth = run["truth"]
-            excess = truth["excess"]
+            excess = _excess_of(name, truth, output["runs"])
             wrong = truth["wrong"] if margin is None else not math.isfinite(excess) or excess > margin
             out.setdefault(arm_of(name), []).append(
                 {
@@ -74,6 +74,19 @@ def arms(outputs: Iterable[Mapping[str, Any]], margin: float | None = None) -> d
                 }
             )
     return out
+
+
+def _excess_of(name: str, truth: Mapping[str, Any], runs: Mapping[str, Any]) -> float:
+    """The run's final-loss excess over its twin; outputs older than the ``excess`` field give it
+    as the difference of the two final losses."""
+    if "excess" in truth:
+        return float(truth["excess"])
+    twin = runs.get(truth["twin"])
+    if twin is None:
+        raise ValueError(
+            f"run {name}: no excess and its twin {truth['twin']!r} is not in the output (rerun the benchmark)"
+        )
+    return float(truth["final"]) - float(twin["truth"]["final"])
 
 
 def kind(seeds: Sequence[Mapping[str, Any]]) -> str:
@@ -150,7 +163,10 @@ def main() -> int:
         if not path.is_file():
             p.error(f"outputs: {path} is not a file (write one with bench/early_warning.py --out {path})")
         loaded.append(json.loads(path.read_text()))
-    by_arm = arms(loaded, args.margin)
+    try:
+        by_arm = arms(loaded, args.margin)
+    except ValueError as exc:
+        p.error(f"outputs: {exc}")
     folders = {name: path.parent / f"{path.stem}_series" for path, out in zip(args.outputs, loaded, strict=True)
                for name in out["runs"]}  # fmt: skip
     steps = {name: run["spec"]["steps"] for out in loaded for name, run in out["runs"].items()}

@@ -71,6 +71,16 @@ def test_another_margin_judges_the_seeds_again() -> None:
     assert arms([nonfinite], margin=10.0)["nan-gpt-lr3"][0]["wrong"]  # non-finite stays wrong at any margin
 
 
+def test_older_outputs_without_the_excess_give_it_from_the_final_losses() -> None:
+    twin = {"truth": {"final": 2.0, "wrong": False, "twin": "a-safe-s0"}, "first_by_rule": {"service": {}}}
+    run = {"truth": {"final": 2.25, "wrong": True, "twin": "a-safe-s0"}, "first_by_rule": {"service": {}}}
+    run["first_by_rule"]["prometheus"] = twin["first_by_rule"]["prometheus"] = {}
+    by_arm = arms([{"runs": {"a-safe-s0": twin, "a-lr-s0": run}}])
+    assert by_arm["a-lr"][0]["excess"] == pytest.approx(0.25) and by_arm["a-safe"][0]["excess"] == 0.0
+    with pytest.raises(ValueError, match="twin 'a-safe-s0' is not in the output"):
+        arms([{"runs": {"a-lr-s0": run}}])
+
+
 def test_level_and_peak_read_the_logged_points() -> None:
     steps = [0, 4, 8, 12, 16]
     assert first_level([1.0, 6.0, 2.0, 6.0, 7.0], steps, 5.0) == 16  # two in a row, not the lone 6 at step 4
