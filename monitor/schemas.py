@@ -290,6 +290,13 @@ class Thresholds(Strict):
     mlp_rms_growth_floor: float | None = Field(
         default=None, ge=0, allow_inf_nan=False, description="MLP/MoE branch output RMS below this is no climb"
     )
+    growth_info_fraction: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="a climb at or above this fraction of its floor, but below it, is raised as info (1: no info tier)",
+    )
     loss_spike_window: int | None = Field(
         default=None, ge=5, le=10_000, description="trailing loss values a loss spike is judged against"
     )

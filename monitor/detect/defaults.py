@@ -73,6 +73,9 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "router_z_growth_floor": 100.0,
     "attention_rms_growth_floor": 25.0,
     "mlp_rms_growth_floor": 500.0,
+    # the info tier: a climb at or above this fraction of a metric's floor, but below it, is raised as info
+    # (1: none)
+    "growth_info_fraction": 1.0,
     # loss_spike, grad_norm_spike: mean + k sigma of each indicator's own trailing window, on
     # <metric>_spike_persist logged points in a row (the window ends before the first of them)
     "loss_spike_window": 16,

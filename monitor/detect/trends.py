@@ -164,28 +164,42 @@ def _ceiling_message(name: str, layer: int | None, step: int, value: float, limi
 
 
 def growth(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, float]) -> list[NewAlert]:
+    """``z_growth`` in two tiers: a climb at or above the metric's floor is a warning; one at or above
+    ``growth_info_fraction`` x the floor, but below it, is info (visible on the run, pages nobody)."""
     n = int(th["growth_window"])
     need = max(2, int(th["growth_min_points"]))
     rise = log_factor(th)
-    series = _collect(cols, lambda name: th[f"{name}_growth_floor"] if name in GROWTH_METRICS else None, strict=False)
+    info = growth_info_fraction(th)
+    series = _collect(
+        cols, lambda name: info * th[f"{name}_growth_floor"] if name in GROWTH_METRICS else None, strict=False
+    )
     alerts = []
     for ((name, layer), pts), before in zip(series.items(), _windows(reader, run_id, series, n)):
         window = list(before)
         floor = th[f"{name}_growth_floor"]
-        was = _growing(window, n, need, rise, floor)
+        floors = (("warning", floor), ("info", info * floor)) if info < 1 else (("warning", floor),)
+        was = {tier: _growing(window, n, need, rise, level) for tier, level in floors}
         for step, value in pts:
             window = [*window, (step, value)][-n:]
-            now = _growing(window, n, need, rise, floor)
-            if now and not was:
+            now = {tier: _growing(window, n, need, rise, level) for tier, level in floors}
+            # the highest tier that starts to hold; an info climb that turns into a warning raises both
+            tier = next((t for t, _ in floors if now[t] and not was[t]), None)
+            if tier is not None and not (tier == "info" and now["warning"]):
                 factor = math.exp(fitted_log_rise(window))
                 where = "" if layer is None else f" of layer {layer}"
+                below = f", below the warning floor {floor:.4g}" if tier == "info" else ""
                 message = (
                     f"{name}{where} grew {factor:.3g}x (Theil-Sen fit of ln {name}) from step {window[0][0]} "
-                    f"to {step}, now {value:.4g}"
+                    f"to {step}, now {value:.4g}{below}"
                 )
-                alerts.append(NewAlert("z_growth", "warning", name, layer, step, value, window[0][1], message))
+                alerts.append(NewAlert("z_growth", tier, name, layer, step, value, window[0][1], message))
             was = now
     return alerts
+
+
+def growth_info_fraction(th: dict[str, float]) -> float:
+    """The info tier's floor as a fraction of the warning floor (1: no info tier)."""
+    return min(1.0, max(0.0, th.get("growth_info_fraction", 1.0)))
 
 
 def _growing(window: list[tuple[int, float]], n: int, need: int, rise: float, floor: float) -> bool:

@@ -234,3 +234,38 @@ def test_every_default_is_a_group_override_and_overrides_reach_the_detectors(cli
     assert fired == {"tight-run"}  # 8 passes this group's ceiling of 5, not the default 100
     bad = client.post("/api/v1/groups", json={"name": "bad", "thresholds": {"growth_factor": 0.5}}, headers=AUTH)
     assert bad.status_code == 422 and "growth_factor" in bad.json()["message"]
+
+
+def test_a_climb_below_the_floor_is_info_and_turns_into_a_warning_above_it(client: TestClient) -> None:
+    """Two tiers of one rule: a climb between ``growth_info_fraction`` x the floor and the floor is
+    raised as info (visible, pages nobody), and as a warning once it climbs past the floor."""
+    floor = 400.0
+    th = {"attention_z_growth_floor": floor, "growth_info_fraction": 0.1}
+    r = client.post("/api/v1/groups", json={"name": "tiers", "thresholds": th}, headers=AUTH)
+    assert r.status_code == 201, r.text
+    run = create_run(client, "tiers-run", group="tiers")
+
+    def step(s: int) -> list[dict[str, object]]:
+        z = 20.0 * math.exp(0.25 * (s // 10))  # 20 -> past 40 (info floor) by step 30 -> past 400 by step 120
+        return [{"name": "attention_z", "layer": 0, "step": s, "value": z}]
+
+    _stream(client, "tiers-run", list(range(0, 300, 10)), step)
+    alerts = client.get("/api/v1/alerts", params={"run_id": str(run["id"]), "rule": "z_growth"}).json()
+    by_tier = {a["severity"]: a for a in alerts}
+    assert sorted(a["severity"] for a in alerts) == ["info", "warning"]  # one onset per tier, not per step
+    info, warning = by_tier["info"], by_tier["warning"]
+    assert 40.0 <= info["value"] < floor and "below the warning floor" in info["message"]
+    assert warning["value"] >= floor and warning["step"] > info["step"]
+    (inc,) = [i for i in _incidents(client, run["id"]) if i["rule"] == "z_growth"]
+    assert inc["severity"] == "warning"  # the incident takes its highest tier
+    # with no info tier (the fraction at 1), the same climb raises the warning alone
+    r = client.post("/api/v1/groups", json={"name": "one-tier", "thresholds": {**th, "growth_info_fraction": 1}},
+                    headers=AUTH)  # fmt: skip
+    assert r.status_code == 201, r.text
+    run = create_run(client, "one-tier-run", group="one-tier")
+    _stream(client, "one-tier-run", list(range(0, 300, 10)), lambda s: [{**p, "step": s} for p in step(s)])
+    alerts = client.get("/api/v1/alerts", params={"run_id": str(run["id"]), "rule": "z_growth"}).json()
+    assert [a["severity"] for a in alerts] == ["warning"] and alerts[0]["step"] == warning["step"]
+    bad = client.post("/api/v1/groups", json={"name": "bad-frac", "thresholds": {"growth_info_fraction": 2}},
+                      headers=AUTH)  # fmt: skip
+    assert bad.status_code == 422 and "growth_info_fraction" in bad.json()["message"]
