@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 from ew_models import RunSpec, batches, build, param_count, stdlib_bytes, z_loss  # noqa: E402
-from ew_prom import Scrape, parse_scrape, replay, to_columns  # noqa: E402
+from ew_prom import PAGING, Scrape, parse_scrape, replay, to_columns  # noqa: E402
 from ew_score import (  # noqa: E402
     EFFICIENCY_RULES,
     RunResult,
@@ -252,7 +252,8 @@ def main() -> int:
         stored = alerts.get(trained[spec.name], [])
         steps_by: dict[str, dict[str, list[int]]] = {"service": {}, "prometheus": {}}
         for a in stored:
-            steps_by["service"].setdefault(a["rule"], []).append(a["step"])
+            if a.get("severity") in PAGING:  # an info alert is visible, never a warning nor a false alarm
+                steps_by["service"].setdefault(a["rule"], []).append(a["step"])
         for alert, at in fired.get(trained[spec.name], {}).items():
             steps_by["prometheus"][alert] = [rec["logged_steps"][i] for i in at]
         rec["first_by_rule"] = {a: first_by_rule(by) for a, by in steps_by.items()}

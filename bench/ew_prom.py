@@ -76,9 +76,19 @@ def _fmt(v: float | None) -> str:
     return repr(v)
 
 
-def alert_names(rules: Path) -> list[str]:
+PAGING = ("warning", "critical")
+"""The severities that warn someone: an ``info`` alert is visible but is never a warning nor a false alarm."""
+
+
+def alert_names(rules: Path, severities: Sequence[str] | None = PAGING) -> list[str]:
+    """The alerts of a rules file, those of ``severities`` only (None: all)."""
     doc = yaml.safe_load(rules.read_text())
-    return [r["alert"] for g in doc["groups"] for r in g["rules"] if "alert" in r]
+    return [
+        r["alert"]
+        for g in doc["groups"]
+        for r in g["rules"]
+        if "alert" in r and (severities is None or r.get("labels", {}).get("severity") in severities)
+    ]
 
 
 def promtool_test(scrapes: Sequence[Scrape], alerts: Sequence[str]) -> dict[str, Any]:
@@ -114,7 +124,8 @@ def fired(output: str) -> dict[tuple[str, str], list[int]]:
 def replay(
     runs: dict[str, Sequence[Scrape]], rules: Path, workdir: Path, promtool: str | None = None
 ) -> dict[str, dict[str, list[int]]]:
-    """Per run name: per alert name, the indices of the scrapes (logged steps) at which it fired."""
+    """Per run name: per alert name, the indices of the scrapes (logged steps) at which it fired (the
+    paging alerts only: warning and critical)."""
     tool = promtool or shutil.which("promtool")
     if tool is None:
         raise RuntimeError("promtool is missing: install it with `bash scripts/system-deps.sh` (Debian 'prometheus')")

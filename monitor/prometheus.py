@@ -87,6 +87,10 @@ TREND_GAUGES: dict[str, tuple[str, str]] = {
     "router_z_growth_floor": ("router_z_growth_floor", "The group threshold router_z_growth_floor"),
     "attention_rms_growth_floor": ("attention_rms_growth_floor", "The group threshold attention_rms_growth_floor"),
     "mlp_rms_growth_floor": ("mlp_rms_growth_floor", "The group threshold mlp_rms_growth_floor"),
+    "growth_info_fraction": (
+        "growth_info_fraction",
+        "The group threshold growth_info_fraction: a climb above this fraction of its floor, but below it, is info",
+    ),
     "sigma_spike_multiple": ("sigma_spike_multiple", "The group threshold sigma_spike_multiple (loss, grad norm)"),
     "sigma_spike_min_relative": ("sigma_spike_min_relative", "The group threshold sigma_spike_min_relative"),
     "loss_shift_multiple": ("loss_shift_multiple", "The group threshold loss_shift_multiple (standard errors)"),
