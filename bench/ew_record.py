@@ -69,7 +69,7 @@ from hyperwatch.hooks.sinks.base import MemorySink  # noqa: E402
 
 PROJECT = "default"  # the sink posts without ?project=: runs land in "default"
 DATA_BYTES = 2_000_000
-LR_GRID = tuple(5e-4 * 2**k for k in range(7))  # --find-lr: 5e-4 .. 3.2e-2 on a x2 grid
+LR_POINTS = 7  # --find-lr: 7 LRs on a x2 grid from --lr-min (default 5e-4 .. 3.2e-2)
 TAIL = 0.1  # final loss: mean of the last 10% of per-step losses
 
 _data: np.ndarray | None = None  # a worker's copy of the bytes
@@ -233,6 +233,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "ewf", help="recording folder")
     p.add_argument("--workdir", type=Path, help="keep the service's database, log and spool here")
     p.add_argument("--find-lr", action="store_true", help="loss-only LR sweep of each family's best arm")
+    p.add_argument("--lr-min", type=float, default=5e-4, help="--find-lr: the grid's lowest LR (default 5e-4)")
     args = p.parse_args(argv)
     args.families = _choices(p, "--families", args.families, tuple(FAMILIES))
     args.arms = _choices(p, "--arms", args.arms, ARMS)
@@ -246,7 +247,7 @@ def find_lr(args: argparse.Namespace) -> int:
     specs = [
         replace(s, data_seed=s.data_seed + args.seed_offset)
         for f in args.families
-        for lr in LR_GRID
+        for lr in (args.lr_min * 2**k for k in range(LR_POINTS))
         if (s := make_spec(f, "best", args.seed_offset, args.steps, lr=lr)) is not None
     ]
     t0 = time.perf_counter()
