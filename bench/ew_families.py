@@ -332,6 +332,19 @@ def optimizers(model: nn.Module, spec: Spec) -> list[torch.optim.Optimizer]:
     return out
 
 
+def prepare_step(spec: Spec, opts: list[torch.optim.Optimizer], step: int) -> float:
+    """Before ``step``'s update: set its LR on every optimizer and, at ``opt_reset``'s onset, clear their
+    state (Adam moments and step counts, Muon momentum: the checkpoint-resume bug, no re-warm-up).
+    Returns the LR."""
+    lr = spec.lr_at(step)
+    for opt in opts:
+        for g in opt.param_groups:
+            g["lr"] = lr
+        if spec.resets_at(step):
+            opt.state.clear()
+    return lr
+
+
 def schedule(step: int, steps: int, warmup: int, kind: str) -> float:
     """The LR multiplier of ``step`` (0-based): linear warm-up over ``warmup`` steps to 1, then cosine
     to 0.1 or linear to 0 at ``steps``."""

@@ -59,6 +59,7 @@ from ew_families import (  # noqa: E402
     losses,
     make_spec,
     optimizers,
+    prepare_step,
     sweep,
 )
 from ew_models import batches, stdlib_bytes  # noqa: E402
@@ -124,12 +125,7 @@ def train(
     nonfinite_at: int | None = None
     t0 = time.perf_counter()
     for step in range(spec.steps):
-        lr = spec.lr_at(step)
-        for opt in opts:
-            for g in opt.param_groups:
-                g["lr"] = lr
-            if spec.resets_at(step):
-                opt.state.clear()  # the checkpoint-resume bug: moments and step counts gone
+        lr = prepare_step(spec, opts, step)  # the step's LR; opt_reset clears the state at its onset
         ce, total = losses(model, spec.batch(xs[step], step), spec.aux_loss)
         total.backward()
         logged_step = step % every == 0
