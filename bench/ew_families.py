@@ -129,6 +129,11 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 class Attention(nn.Module):
+    causal: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    alibi: torch.Tensor
+
     def __init__(self, fam: Family) -> None:
         super().__init__()
         self.fam = fam

@@ -96,7 +96,7 @@ def _get(url: str, timeout: float = 30.0) -> bytes:
         return resp.read()  # type: ignore[no-any-return]
 
 
-def _grad_norm(params: list[torch.Tensor], clip: float | None) -> torch.Tensor:
+def _grad_norm(params: list[torch.nn.Parameter], clip: float | None) -> torch.Tensor:
     """The total gradient norm before clipping (clipped in place when ``clip`` is set)."""
     if clip is not None:
         return torch.nn.utils.clip_grad_norm_(params, clip)
