@@ -12,7 +12,8 @@ NaN and +-Inf are exported as themselves (the exposition format has NaN, +Inf an
 The Z-spike rules (prometheus/rules.yml) need a baseline that does not depend on how fast the
 machine trains, so the collector also exports, per run, the trailing median *in logged steps* of
 the max over layers and its robust deviation (1.4826 x MAD; :func:`monitor.detectors.step_baseline`,
-over the run's group ``spike_window``) and the group's own thresholds: the rule then fires on the
+over the run's group ``spike_window``) and the group's own thresholds (overridden or learned, as the
+detectors use them: :func:`monitor.detect.learned.effective_thresholds`): the rule then fires on the
 service detector's three tests (level, ratio, robust deviations), whatever the wall-clock speed,
 and a group's thresholds tune both alerting paths at once.
 """
@@ -30,7 +31,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from hyperwatch.monitor.core.errors import MonitorError
-from hyperwatch.monitor.detectors import SPIKE_METRICS, step_baseline, thresholds_for
+from hyperwatch.monitor.detect.learned import effective_thresholds
+from hyperwatch.monitor.detectors import SPIKE_METRICS, step_baseline
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import LatestValue
 
@@ -141,9 +143,7 @@ class RunCollector(Collector):
                 continue
             done.add((lv.project, lv.run))
             if lv.group_id not in groups:
-                groups[lv.group_id] = thresholds_for(
-                    self.store.get_group(lv.group_id).thresholds if lv.group_id else None
-                )
+                groups[lv.group_id] = effective_thresholds(self.store.get_group(lv.group_id) if lv.group_id else None)
             th = groups[lv.group_id]
             for key, fam in fams.items():
                 fam.add_metric([lv.project, lv.run], math.log(th[key]) if key == "growth_factor" else th[key])
@@ -192,7 +192,7 @@ class RunCollector(Collector):
         with_relative: set[tuple[str, str]] = set()
         for (project, run, run_id, group_id, name), rows in layers.items():
             if group_id not in groups:
-                groups[group_id] = thresholds_for(self.store.get_group(group_id).thresholds if group_id else None)
+                groups[group_id] = effective_thresholds(self.store.get_group(group_id) if group_id else None)
             th = groups[group_id]
             if (project, run) not in with_relative:
                 with_relative.add((project, run))

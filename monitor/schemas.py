@@ -23,6 +23,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    StrictBool,
     WithJsonSchema,
 )
 
@@ -250,6 +251,22 @@ class RunOut(BaseModel):
 _LIMIT = "the indicator's limit: the forecast says at which model size its peak crosses it"
 
 
+def _positive(fix: str, integer: bool = False) -> Any:
+    """A finite number above 0 (a whole one with ``integer``), or null; the error says what to send."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            return value
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if integer and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not number or (integer and not isinstance(value, int)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"must be a finite {'whole ' if integer else ''}number above 0; {fix}")
+        return value
+
+    return BeforeValidator(check)
+
+
 class Thresholds(Strict):
     """Detector settings of a group (defaults in monitor/detect/defaults.py, DEFAULT_THRESHOLDS); finite numbers."""
 
@@ -330,12 +347,24 @@ class Thresholds(Strict):
         default=None, gt=0, le=1, allow_inf_nan=False, description=_LIMIT
     )
     mlp_outlier_ratio_limit: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False, description=_LIMIT)
+    # learning (monitor.detect.learned): what a group with learn_thresholds learns, and from how many runs
+    learn_multiple: Annotated[
+        float | None, _positive("send e.g. 3 (learned = 3 x the healthy runs' highest peak), or leave it out")
+    ] = Field(default=None, description="a learned threshold is this x the highest peak of its finished healthy runs")
+    learn_min_runs: Annotated[int | None, _positive("send a whole number such as 2, or leave it out", integer=True)] = (
+        Field(default=None, le=10_000, description="finished healthy runs needed before anything is learned")
+    )
 
 
 class GroupFields(Strict):
     description: Annotated[Text, not_null('send "" to clear it')] = Field(default=KEEP, max_length=10_000)
     config: Annotated[dict[str, Any], json_object("config")] = Field(default=KEEP)
     thresholds: Annotated[Thresholds, not_null("send {} for the defaults")] = Field(default=KEEP)
+    learn_thresholds: StrictBool | None = Field(
+        default=None,
+        description="learn the growth floors and the logit ceiling from the group's finished healthy runs "
+        "(GET /api/v1/groups/{id}/thresholds shows them); null: the service's default (off)",
+    )
 
 
 class GroupCreate(GroupFields):
@@ -351,8 +380,17 @@ class GroupOut(BaseModel):
     description: str
     config: dict[str, Any]
     thresholds: dict[str, Any]
+    learn_thresholds: bool | None = Field(default=None, description="null: the service's default (off)")
     created_at: datetime
     updated_at: datetime
+
+
+class ThresholdOut(BaseModel):
+    key: str = Field(description="a threshold of monitor/detect/defaults.py DEFAULT_THRESHOLDS")
+    value: float = Field(description="the value the detectors and the exported gauges use")
+    source: Literal["default", "override", "learned"]
+    default: float
+    detail: str = Field(description="where the value came from: the override, or what was learned from which runs")
 
 
 # -- queries --------------------------------------------------------------------------------------

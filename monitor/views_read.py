@@ -21,7 +21,7 @@ from hyperwatch.hooks.schema import head_of
 from hyperwatch.monitor.api.deps import get_settings, get_store, require_read
 from hyperwatch.monitor.core.config import Settings
 from hyperwatch.monitor.core.errors import InvalidInputError
-from hyperwatch.monitor.detect.defaults import thresholds_for
+from hyperwatch.monitor.detect.learned import ThresholdSource, effective_thresholds, provenance
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import Alert, Group, LayerMatrix, Run, Series, SeriesInfo
 from hyperwatch.monitor.views import Agg, AggSeries, TokenMap, aggregate_series, group_runs, layer_matrix
@@ -128,8 +128,12 @@ class Reader:
         return head_matrix(run.id, self.index(run))
 
     def thresholds(self, run: Run) -> dict[str, float]:
-        """The alert thresholds the detectors use for ``run``: its group's over the defaults."""
-        return thresholds_for(self.store.get_group(run.group_id).thresholds if run.group_id else None)
+        """The alert thresholds the detectors use for ``run``: its group's (overridden or learned) over the defaults."""
+        return effective_thresholds(self.store.get_group(run.group_id) if run.group_id else None)
+
+    def group_thresholds(self, group_id: int) -> list[ThresholdSource]:
+        """What GET /groups/{id}/thresholds lists: each threshold in force and where it came from."""
+        return provenance(self.store.get_group(group_id), group_id)
 
     def token_map(self, run: Run, latest: Sequence[SeriesInfo]) -> TokenMap:
         return TokenMap.of(self.store, run, latest)

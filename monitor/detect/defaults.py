@@ -40,6 +40,10 @@ Values calibrated on ``bench/early_warning.py``'s table (README "Alerts"):
   logged points (an efficiency guard, judged by expert load: a single point over the limit fired on
   healthy and gated runs whose load stayed even; 3 points kept both collapses of the benchmark at
   step 12 of 200 with no false alarm; Prometheus: ``for: 2m`` at one scrape per logged step).
+- learning (:mod:`monitor.detect.learned`, a group's ``learn_thresholds``, default
+  :data:`LEARN_BY_DEFAULT`): the growth floors and ``attention_lse_max_limit`` become
+  ``learn_multiple`` x the highest peak of their metric over the group's finished healthy runs (at
+  least ``learn_min_runs`` of them) where that is above the default; never below it.
 - ``z_spike`` (the older rule): a jump over the trailing median by robust deviations. Prometheus
   applies the same three tests to the max over layers, reading the median and its robust
   deviation from gauges (without the deviation it fired on a healthy MoE's warmup climb).
@@ -91,7 +95,15 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "loss_shift_window": 16,
     "loss_shift_points": 6,
     "loss_shift_multiple": 3.0,
+    # learned thresholds (monitor.detect.learned; on per group with learn_thresholds): a growth floor or
+    # the logit ceiling becomes learn_multiple x the highest peak of its metric over the group's finished
+    # healthy runs when that is above the default, once there are learn_min_runs of them
+    "learn_multiple": 3.0,
+    "learn_min_runs": 2,
 }
+
+LEARN_BY_DEFAULT = False
+"""Whether a group that never set ``learn_thresholds`` learns (off until the benchmark decides)."""
 
 GROWTH_METRICS = ("attention_z", "attention_lse_max", "output_z", "router_z", "attention_rms", "mlp_rms")
 SIGMA_SPIKE_METRICS = {"loss": "loss_spike", "grad_norm": "grad_norm_spike"}  # metric -> rule (and key prefix)

@@ -15,11 +15,13 @@ from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store.entities import (
     Alert,
     Group,
+    GroupThresholds,
     IngestResult,
     LatestValue,
     LayerMatrix,
     NewAlert,
     Run,
+    RunHealth,
     Series,
     SeriesInfo,
 )
@@ -42,8 +44,8 @@ class WindowReader(Protocol):
 
 
 Detector = Callable[[WindowReader], Sequence[NewAlert]]
-DetectorFor = Callable[[int, dict[str, Any] | None], Detector | None]
-"""The detector of a batch, given its run's id and its group's thresholds (None: no group)."""
+DetectorFor = Callable[[int, GroupThresholds | None], Detector | None]
+"""The detector of a batch, given its run's id and its group's threshold settings (None: no group)."""
 """What :meth:`Store.ingest` runs on a new batch inside its transaction (see monitor.detectors)."""
 
 
@@ -97,6 +99,21 @@ class Store(ABC):
     @abstractmethod
     def list_groups(self, project: str | None = None) -> list[Group]: ...
 
+    # what a group learns its thresholds from (monitor.detect.learned; monitor.store.learning)
+    @abstractmethod
+    def group_run_health(self, group_id: int) -> list[RunHealth]:
+        """Each run of the group with its status, last loss and kinds of incident, by id."""
+
+    @abstractmethod
+    def series_peaks(self, run_ids: Sequence[int], bases: Sequence[str]) -> dict[tuple[int, str], float]:
+        """(run id, metric name) -> its highest finite value over every layer and step, for each name
+        whose base (``hooks.schema.base_name``) is one of ``bases``, read from the rollups."""
+
+    @abstractmethod
+    def save_learned(self, group_id: int, learned: dict[str, Any], read_at: float) -> bool:
+        """Store what the group learned, read from its runs at ``read_at`` (Unix time); False, and
+        nothing stored, when what it holds was read later (a concurrent refresh's stands)."""
+
     # points
     @abstractmethod
     def ingest(
@@ -123,7 +140,7 @@ class Store(ABC):
     ) -> IngestResult:
         """:meth:`ingest` into the run named ``run`` in ``project`` (NotFoundError if there is none),
         what the ingest route calls; ``detector_for`` builds the detector from the run's id and its
-        group's thresholds (None without a group), both read in the batch's own transaction."""
+        group's threshold settings (None without a group), both read in the batch's own transaction."""
 
     @abstractmethod
     def series(

@@ -40,6 +40,30 @@ class Group:
     thresholds: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    learn_thresholds: bool | None = None  # None: the service's default (monitor.detect.defaults)
+    learned: dict[str, Any] | None = None  # read from its finished healthy runs (monitor.detect.learned)
+
+
+@dataclass(frozen=True)
+class GroupThresholds:
+    """A group's threshold settings, as a batch's transaction reads them for the detectors:
+    its overrides, its learning setting and what was learned (merged by monitor.detect.learned)."""
+
+    thresholds: dict[str, Any]
+    learn_thresholds: bool | None = None
+    learned: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RunHealth:
+    """What decides whether a group learns from a run (monitor.detect.learned): its status, its last
+    loss (None: no loss logged; NaN kept) and the (rule, severity) of each kind of incident it has."""
+
+    id: int
+    name: str
+    status: str
+    last_loss: float | None
+    incidents: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

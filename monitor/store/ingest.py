@@ -5,7 +5,8 @@ The statements, in order:
 1. ``UPDATE runs .. RETURNING``: finds the run (by id, or by project and name: one statement
    instead of a read transaction of its own), **locks its row** to commit, records the run's
    progress (``last_step``, ``last_point_at``) and swaps its ``ingest_token`` for a new random one
-   (migration 0006), returning the old; it also returns the run's group thresholds for the detectors.
+   (migration 0006), returning the old; it also returns the run's group threshold settings for the
+   detectors (overrides, learning setting and what was learned: ``entities.GroupThresholds``).
 2. The batch id (:func:`points.claim_batch`); a duplicate rolls the whole transaction back, so a
    re-sent batch changes nothing, not even the run's progress.
 3. The points and everything they imply (:func:`points.write_points`), then the detectors' alerts.
@@ -42,6 +43,7 @@ from sqlalchemy.engine import Connection
 
 from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.store import repair
+from hyperwatch.monitor.store.entities import GroupThresholds
 from hyperwatch.monitor.store.models import GroupRow, ProjectRow, RunRow
 from hyperwatch.monitor.store.points import SortedBatch, latest_steps, now_utc, write_points
 
@@ -131,12 +133,15 @@ def _lock_statement(by_name: bool, has_points: bool) -> Any:
         last = RunRow.last_step
         values["last_step"] = case((last.is_(None), top), (last < top, top), else_=last)
         values["last_point_at"] = bindparam("b_now")
-    thresholds = select(GroupRow.thresholds).where(GroupRow.id == RunRow.group_id).scalar_subquery()
+    group = [
+        select(column).where(GroupRow.id == RunRow.group_id).scalar_subquery()
+        for column in (GroupRow.thresholds, GroupRow.learn_thresholds, GroupRow.learned)
+    ]
     return (
         update(RunRow)
         .where(RunRow.id == target)
         .values(**values)
-        .returning(RunRow.id, RunRow.prior_token, RunRow.group_id, thresholds)
+        .returning(RunRow.id, RunRow.prior_token, RunRow.group_id, *group)
     )
 
 
@@ -151,11 +156,11 @@ def new_token() -> int:
 
 def lock_run(
     conn: Connection, run: int | tuple[str, str], max_step: int | None, token: int
-) -> tuple[int, int, dict[str, Any] | None]:
+) -> tuple[int, int, GroupThresholds | None]:
     """Lock the run's row, record its progress and swap its ingest token for ``token`` (not without points).
 
     ``run``: an id, or (project, name). ``max_step``: the batch's highest step (None: no points).
-    Returns the run's id, the token the row held, and the run's group thresholds (None: no group).
+    Returns the run's id, the token the row held, and its group's threshold settings (None: no group).
     """
     params: dict[str, Any] = {"b_project": run[0], "b_name": run[1]} if isinstance(run, tuple) else {"b_run_id": run}
     if max_step is not None:
@@ -169,10 +174,16 @@ def lock_run(
                 f'POST /api/v1/runs {{"name": "{name}", "project": "{project}"}}'
             )
         raise NotFoundError(f"run id {run} not found; list runs with GET /api/v1/runs")
-    run_id, prior, group_id, thresholds = row
+    run_id, prior, group_id, thresholds, learn, learned = row
     if group_id is None:
         return int(run_id), int(prior), None
-    return int(run_id), int(prior), repair.thresholds(thresholds, f"group id {group_id} thresholds")
+    what = f"group id {group_id}"
+    found = GroupThresholds(
+        repair.thresholds(thresholds, f"{what} thresholds"),
+        repair.learn_setting(learn, f"{what} learn_thresholds"),
+        repair.learned(learned, f"{what} learned"),
+    )
+    return int(run_id), int(prior), found
 
 
 def store_points(

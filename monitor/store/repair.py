@@ -92,3 +92,19 @@ def thresholds(value: Any, what: str) -> dict[str, Any]:
         else:
             log.warning("%s[%r] = %r is not a finite number; dropped (the default applies)", what, key, item)
     return good
+
+
+def learn_setting(value: Any, what: str) -> bool | None:
+    """A group's ``learn_thresholds``: a boolean, or None (the default) for anything else."""
+    if value is None or isinstance(value, bool):
+        return value
+    log.warning("%s is %r, not a boolean; read as unset (the default applies)", what, value)
+    return None
+
+
+def learned(value: Any, what: str) -> dict[str, Any] | None:
+    """What a group learned (a JSON object), or None (not read yet: the defaults apply)."""
+    if value is None or isinstance(value, dict):
+        return value
+    log.warning("%s is %r, not an object; read as not learned yet", what, value)
+    return None

@@ -26,6 +26,7 @@ from hyperwatch.monitor.store.entities import (
 from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.incidents import IncidentsMixin
 from hyperwatch.monitor.store.ingest import LatestSteps
+from hyperwatch.monitor.store.learning import LearningMixin
 from hyperwatch.monitor.store.models import (
     GroupRow,
     MetricNameRow,
@@ -50,7 +51,7 @@ def _run_not_found(project: str, name: str) -> NotFoundError:
     )
 
 
-class SqlStore(IncidentsMixin, SeriesMixin, Store):
+class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, Store):
     def __init__(self, url_or_engine: str | Engine, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         if isinstance(url_or_engine, str):
             self.engine = make_engine(url_or_engine, busy_timeout_ms)
@@ -280,7 +281,7 @@ class SqlStore(IncidentsMixin, SeriesMixin, Store):
             gid = conn.execute(
                 select(GroupRow.id).where(GroupRow.project_id == pid, GroupRow.name == name)
             ).scalar_one()
-        values = {k: fields[k] for k in ("description", "config", "thresholds") if k in fields}
+        values = {k: fields[k] for k in ("description", "config", "thresholds", "learn_thresholds") if k in fields}
         if values:
             conn.execute(update(GroupRow).where(GroupRow.id == gid).values(updated_at=now_utc(), **values))
         assert gid is not None
@@ -304,6 +305,8 @@ class SqlStore(IncidentsMixin, SeriesMixin, Store):
             thresholds=repair.thresholds(row.thresholds, f"{what} thresholds"),
             created_at=as_utc(row.created_at) or now_utc(),
             updated_at=as_utc(row.updated_at) or now_utc(),
+            learn_thresholds=repair.learn_setting(row.learn_thresholds, f"{what} learn_thresholds"),
+            learned=repair.learned(row.learned, f"{what} learned"),
         )
 
     @retry_busy

@@ -146,7 +146,7 @@ class SeriesMixin:
         try:
             with managed(self.engine, f"store batch {batch_id} of {what}", write=True) as conn:
                 token = new_token()
-                run_id, prior, thresholds = lock_run(conn, run, top, token)
+                run_id, prior, group = lock_run(conn, run, top, token)
                 seen = claim_batch(conn, run_id, batch_id, len(columns))
                 if seen is not None:
                     raise Duplicate(run_id, seen)
@@ -154,7 +154,7 @@ class SeriesMixin:
                 if len(columns):
                     batch = SortedBatch.of(columns, self._used_name_ids(conn, columns))
                     moved, committed = store_points(conn, self.latest_steps, run_id, prior, token, batch)
-                detector = None if detector_for is None else detector_for(run_id, thresholds)
+                detector = None if detector_for is None else detector_for(run_id, group)
                 if detector is not None:
                     # same transaction: the batch and its alerts commit together or not at all (a retried
                     # batch is then either a duplicate with its alerts stored, or new and detected again)

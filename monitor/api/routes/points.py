@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 from fastapi import APIRouter, Query, Request
@@ -14,13 +14,14 @@ from starlette.concurrency import run_in_threadpool
 from hyperwatch.monitor.api.batch_body import REQUEST_BODY, ParsedBatch, read_batch
 from hyperwatch.monitor.api.deps import SettingsDep, StoreDep, WriteAuth
 from hyperwatch.monitor.core.errors import InvalidInputError
+from hyperwatch.monitor.detect.learned import effective_thresholds
 from hyperwatch.monitor.detectors import detect
 from hyperwatch.monitor.forecast_alerts import ForecastWatches
 from hyperwatch.monitor.live_notify import news
 from hyperwatch.monitor.prometheus import ALERTS_RAISED, BATCHES_INGESTED, POINTS_INGESTED
 from hyperwatch.monitor.schemas import IngestOut, ProjectName
 from hyperwatch.monitor.store.base import Detector, Store, WindowReader
-from hyperwatch.monitor.store.entities import IngestResult, NewAlert
+from hyperwatch.monitor.store.entities import GroupThresholds, IngestResult, NewAlert
 from hyperwatch.monitor.store.names import MAX_NAMES_PER_BATCH, check_name_count
 from hyperwatch.monitor.store.points import last_per_key
 
@@ -109,8 +110,9 @@ async def ingest(
 def _store_batch(store: Store, project: str, batch: ParsedBatch, watches: ForecastWatches) -> tuple[int, IngestResult]:
     points = last_per_key(batch.points)  # the detectors judge what is stored: a key's last value only
 
-    def detector_for(run_id: int, thresholds: dict[str, Any] | None) -> Detector:
+    def detector_for(run_id: int, group: GroupThresholds | None) -> Detector:
         forecast = watches.detector(run_id, points)
+        thresholds = effective_thresholds(group)  # overrides > learned > defaults, as /metrics exports them
 
         def detector(reader: WindowReader) -> list[NewAlert]:
             alerts = detect(reader, run_id, points, thresholds)

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, BackgroundTasks, Query, Response
 from pydantic import ValidationError
 
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
+from hyperwatch.monitor.core.errors import NotFoundError
+from hyperwatch.monitor.detect import learned
 from hyperwatch.monitor.schemas import RunCreate, RunOut, RunUpdate, SeriesInfoOut, Status
 from hyperwatch.monitor.store import identity
+from hyperwatch.monitor.store.base import Store
+from hyperwatch.monitor.store.entities import Run
 from hyperwatch.monitor.views import run_view
 
 router = APIRouter(tags=["runs"])
@@ -40,16 +45,35 @@ def runs_out(runs: Iterable[dict[str, Any]]) -> list[RunOut]:
     },
     summary="Create a run, or update the run with this project and name",
 )
-def upsert_run(body: RunCreate, store: StoreDep, response: Response) -> RunOut:
+def upsert_run(body: RunCreate, store: StoreDep, response: Response, later: BackgroundTasks) -> RunOut:
     fields = body.model_dump(exclude_unset=True, exclude={"name", "project", "attach_id", "resume"})
     new = False
     if body.attach_id is not None:
         new = identity.claim(identity.engine_of(store), body.project, body.name, body.attach_id, body.resume)
+    before = None
+    if _moves(fields):
+        with contextlib.suppress(NotFoundError):
+            before = store.find_run(body.project, body.name)
     run, created = store.upsert_run(body.project, body.name, fields)
     if new and body.attach_id is not None:
         identity.remember(identity.engine_of(store), run.id, body.project, body.name, body.attach_id)
+    _relearn(store, fields, before, run, later)
     response.status_code = 201 if created else 200
     return RunOut.model_validate(run)
+
+
+def _moves(fields: dict[str, Any]) -> bool:
+    """Whether an update can change which runs a group learns its thresholds from."""
+    return "status" in fields or "group" in fields
+
+
+def _relearn(store: Store, fields: dict[str, Any], before: Run | None, after: Run, later: BackgroundTasks) -> None:
+    """After the reply: a group gaining or losing a finished run reads its runs again (monitor.detect.learned)."""
+    if not _moves(fields):
+        return
+    groups = [r.group_id for r in (before, after) if r is not None and r.status == learned.FINISHED]
+    if groups:
+        later.add_task(learned.refresh_quietly, store, groups)
 
 
 @router.get("/runs", response_model=list[RunOut], dependencies=[ReadAuth], summary="List runs")
@@ -74,8 +98,12 @@ def get_run(run_id: int, store: StoreDep, settings: SettingsDep) -> RunOut:
 
 
 @router.patch("/runs/{run_id}", response_model=RunOut, dependencies=[WriteAuth], summary="Update a run")
-def update_run(run_id: int, body: RunUpdate, store: StoreDep) -> RunOut:
-    return RunOut.model_validate(store.update_run(run_id, body.model_dump(exclude_unset=True)))
+def update_run(run_id: int, body: RunUpdate, store: StoreDep, later: BackgroundTasks) -> RunOut:
+    fields = body.model_dump(exclude_unset=True)
+    before = store.get_run(run_id) if _moves(fields) else None
+    run = store.update_run(run_id, fields)
+    _relearn(store, fields, before, run, later)
+    return RunOut.model_validate(run)
 
 
 @router.get(
