@@ -30,6 +30,8 @@ from ew_replay import (  # noqa: E402
 from hyperwatch.hooks.columns import PointColumns  # noqa: E402
 from hyperwatch.monitor.detectors import detect  # noqa: E402
 from hyperwatch.monitor.store import SqlStore, migrate  # noqa: E402
+from hyperwatch.monitor.store.base import WindowReader  # noqa: E402
+from hyperwatch.monitor.store.entities import NewAlert  # noqa: E402
 from hyperwatch.monitor.store.points import last_per_key  # noqa: E402
 
 Raw = list[list[list[Any]]]
@@ -159,7 +161,12 @@ def test_replay_raises_what_the_store_ingest_with_the_detector_raises(sqlite: Sq
     raw = resent({"healthy_lse": HEALTHY_LSE, "z_climb": Z_CLIMB, "nan_loss": NAN_LOSS, "pre_fault": PRE_FAULT}[name])
     run, _ = sqlite.upsert_run("default", name, {})
     for b in cols_of(raw):  # as the ingest route: the batch stored, its last value per key judged
-        sqlite.ingest(run.id, uuid.uuid4().hex, b, detector=lambda r, b=b: detect(r, run.id, last_per_key(b), None))
+        judged = last_per_key(b)
+
+        def detector(reader: WindowReader, judged: PointColumns = judged) -> list[NewAlert]:
+            return detect(reader, run.id, judged, None)
+
+        sqlite.ingest(run.id, uuid.uuid4().hex, b, detector=detector)
     stored = sqlite.list_alerts(run_id=run.id, limit=100_000)
     want = sorted((a.rule, a.severity, a.step, a.name, -1 if a.layer is None else a.layer) for a in stored)
     got = sorted((a[0], a[1], a[2], a[3], -1 if a[4] is None else a[4]) for a in replay(cols_of(raw)))
