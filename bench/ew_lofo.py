@@ -45,6 +45,7 @@ from ew_truth import (  # noqa: E402
     COUNTS,
     Truth,
     Warn,
+    baselines,
     format_over,
     format_rows,
     ground_truth,
@@ -75,21 +76,8 @@ GRID: dict[str, list[float]] = {
 }
 OBJECTIVE: dict[str, float] = {"missed": 1.0, "late": 1.0, "false_alarms": 3.0, "pre_fault": 3.0}
 MAX_PASSES = 3
-REQUIRED = (
-    "name",
-    "family",
-    "arm",
-    "seed",
-    "steps",
-    "onset",
-    "reference",
-    "fault",
-    "losses",
-    "logged_steps",
-    "batches",
-    "scrapes",
-    "service_alerts",
-)
+REQUIRED = ("name", "family", "arm", "seed", "steps", "onset", "reference", "fault", "losses", "logged_steps",
+            "batches", "scrapes", "service_alerts")  # fmt: skip
 Overrides = dict[str, float]
 
 
@@ -396,6 +384,8 @@ def report(
         f"{repro['equal']}/{repro['runs']} runs"
         + (f" (recorded thresholds {repro['recorded_overrides']})" if repro["recorded_overrides"] else "")
     )
+    base = baselines(runs)
+    print("baselines: " + ", ".join(f"{f} {b.arm} {b.final:.3f}" for f, b in base.items()))
     for d in repro["differ"][:10]:
         print(f"  {d['run']}: only the service {d['only_service'][:4]}, only the replay {d['only_replay'][:4]}")
     rate = ev.lookups / max(t2 - t1, 1e-9)
@@ -445,6 +435,7 @@ def report(
             "objective": weights,
             "given": fixed,
             "reproduction": repro,
+            "baselines": {f: {"arm": b.arm, "final": b.final, "arm_medians": b.arm_medians} for f, b in base.items()},
             "timing": {"trace_s": ev.trace_seconds, "search_s": t2 - t1, "scores": ev.lookups, "per_s": rate},
             "folds": {f: {k: v for k, v in fold.items() if k != "rows"} for f, fold in folds.items()},
             "thresholds": {plan: of for plan, of in over_of.items()},

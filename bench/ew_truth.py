@@ -222,7 +222,7 @@ def objective(summary: Mapping[str, Any], weights: Mapping[str, float]) -> tuple
 
 
 TABLE = (
-    ("label", 16),
+    ("label", 20),
     ("runs", 4),
     ("wrong", 5),
     ("warned", 6),
