@@ -51,6 +51,7 @@ from ew_truth import (  # noqa: E402
     ground_truth,
     objective,
     run_row,
+    strict_json,
     summarize,
 )
 
@@ -201,7 +202,7 @@ class Evaluator:
         return run.trace
 
     def warnings(self, run: Run, over: Overrides) -> Warn:
-        key = (run.name, tuple(sorted(over.items())))
+        key = (run.name, tuple(sorted((k, v) for k, v in over.items() if v != DEFAULT_THRESHOLDS[k])))
         self.lookups += 1
         found = self.cache.get(key)
         if found is None:
@@ -446,7 +447,7 @@ def report(
             },
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=1, default=_json_default))
+        args.json.write_text(json.dumps(strict_json(doc), indent=1, allow_nan=False))
     return 0
 
 
@@ -456,10 +457,6 @@ def _fmt(v: Any, spec: str = "") -> str:
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)
     return format(v, spec)
-
-
-def _json_default(v: Any) -> Any:
-    return str(v)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -261,3 +261,15 @@ def format_rows(rows: Sequence[tuple[str, dict[str, Any]]], weights: Mapping[str
 def format_over(over: Mapping[str, float]) -> str:
     diff = {k: v for k, v in over.items() if v != DEFAULT_THRESHOLDS[k]}
     return ", ".join(f"{k} {v:g}" for k, v in sorted(diff.items())) or "defaults"
+
+
+def strict_json(obj: Any) -> Any:
+    """``obj`` with non-finite floats as ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (as the recordings
+    write them) and tuples, sets and other keys as JSON knows them: strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
+    if isinstance(obj, dict):
+        return {str(k): strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [strict_json(v) for v in obj]
+    return obj

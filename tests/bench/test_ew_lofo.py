@@ -209,7 +209,7 @@ def test_the_cli_prints_the_tables(recorded: Path, tmp_path: Path, capsys: pytes
     for label in ("hot (left out)", "cold (left out)", "ALL (left out)", "in-sample", "defaults"):
         assert label in text
     assert "hot          attention_lse_max_limit 30" in text
-    doc = json.loads(out.read_text())
+    doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c}: not strict JSON"))
     assert doc["summaries"]["service"]["lofo_rows"]["false_alarms"] == 3
     assert len(doc["sources"]["service"]["lofo_rows"]) == 9
     assert ew_lofo.main([str(recorded), "--no-prom", "--thresholds", '{"attention_lse_max_limit": 80}']) == 0
