@@ -21,7 +21,7 @@ from hyperwatch.hooks.schema import head_of
 from hyperwatch.monitor.api.deps import get_settings, get_store, require_read
 from hyperwatch.monitor.core.config import Settings
 from hyperwatch.monitor.core.errors import InvalidInputError
-from hyperwatch.monitor.detect.learned import ThresholdSource, effective_thresholds, provenance
+from hyperwatch.monitor.detect.learned import ThresholdSource, effective_thresholds, learning_on, provenance
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import Alert, Group, LayerMatrix, Run, Series, SeriesInfo
 from hyperwatch.monitor.views import Agg, AggSeries, TokenMap, aggregate_series, group_runs, layer_matrix
@@ -131,9 +131,11 @@ class Reader:
         """The alert thresholds the detectors use for ``run``: its group's (overridden or learned) over the defaults."""
         return effective_thresholds(self.store.get_group(run.group_id) if run.group_id else None)
 
-    def group_thresholds(self, group_id: int) -> list[ThresholdSource]:
-        """What GET /groups/{id}/thresholds lists: each threshold in force and where it came from."""
-        return provenance(self.store.get_group(group_id), group_id)
+    def group_thresholds(self, group_id: int) -> tuple[bool, list[ThresholdSource]]:
+        """Whether the group learns, and what GET /groups/{id}/thresholds lists: each threshold in
+        force and where it came from."""
+        group = self.store.get_group(group_id)
+        return learning_on(group), provenance(group, group_id)
 
     def token_map(self, run: Run, latest: Sequence[SeriesInfo]) -> TokenMap:
         return TokenMap.of(self.store, run, latest)

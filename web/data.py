@@ -9,6 +9,7 @@ stream (GET /api/v1/live) starts.
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -25,7 +26,7 @@ from hyperwatch.monitor.views import (
     stability_values,
     truncate,
 )
-from hyperwatch.monitor.views_read import QueryReaderDep
+from hyperwatch.monitor.views_read import QueryReaderDep, ReaderDep
 from hyperwatch.web.figures import (
     RunLine,
     XAxis,
@@ -56,6 +57,14 @@ def live_cursor(last_step: int | None, buckets: int) -> dict[str, int]:
     steps that keeps the live part as dense as the first read."""
     last = -1 if last_step is None else last_step
     return {"step": last, "every": max(1, -(-(last + 1) // buckets))}
+
+
+@router.get("/groups/{group_id}/thresholds")
+def group_thresholds(group_id: int, read: ReaderDep) -> dict[str, Any]:
+    """The group page's thresholds table: what GET /api/v1/groups/{id}/thresholds lists (each threshold
+    in force, its source and how it came about), and whether the group learns."""
+    learning, rows = read.group_thresholds(group_id)
+    return {"learning": learning, "rows": [asdict(t) for t in rows]}
 
 
 @router.get("/groups/{group_id}/compare")

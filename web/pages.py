@@ -128,7 +128,11 @@ def group_page(assets: dict[str, str], group_id: int) -> str:
 <div id="legend" class="legend" aria-label="runs: click to hide or show"></div>
 <section id="forecast-panel"></section>
 <div id="rows"></div>
-<h2>Runs in this group</h2><ul id="group-runs" class="links"></ul>"""
+<h2>Runs in this group</h2><ul id="group-runs" class="links"></ul>
+<h2>Thresholds</h2>
+<p id="thresholds-note" class="sub"></p>
+<table id="thresholds-table" class="grid"><thead><tr><th>Threshold</th><th>Value</th><th>Source</th><th>Default</th>
+<th>Where it came from</th></tr></thead><tbody></tbody></table>"""
     return _shell("Scale comparison", "group.js", body, assets, {"group-id": str(group_id)}, extra="forecast.js")
 
 

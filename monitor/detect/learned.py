@@ -179,7 +179,7 @@ def _learned_detail(key: str, group: GroupSettings | None, read: _Read | None, c
     assert group is not None
     if read is None:
         return "learning on, nothing read yet: the runs are read when one of the group's runs finishes"
-    metric = LEARNED_FROM[key][0] + (" (heads too)" if LEARNED_FROM[key][1] else "")
+    metric = LEARNED_FROM[key][0] + (" and its heads" if LEARNED_FROM[key][1] else "")
     n = len(read.runs)
     needed = int(_setting(group, "learn_min_runs"))
     if n < needed:

@@ -193,10 +193,31 @@
       ` · ${r.status}` + (r.depth ? ` · d=${r.depth}` : "") + (r.total_params ? ` · ${HW.fmtCount(r.total_params)}` : ""))));
   }
 
+  /* The thresholds the group's alerts use, each with its source (default / override / learned from the
+     group's finished healthy runs) and how it came about: GET /api/v1/groups/{id}/thresholds. */
+  async function thresholds() {
+    const body = await HW.api(`/ui/data/groups/${groupId}/thresholds`);
+    const counts = { default: 0, override: 0, learned: 0 };
+    const rows = body.rows.map((t) => {
+      counts[t.source] += 1;
+      return HW.el("tr", { "data-key": t.key, "data-source": t.source },
+        HW.el("td", {}, HW.el("code", { text: t.key })),
+        HW.el("td", { class: "num", text: HW.fmtValue(t.value) }),
+        HW.el("td", {}, HW.el("span", { class: `badge source-${t.source}`, text: t.source })),
+        HW.el("td", { class: "num", text: HW.fmtValue(t.default) }),
+        HW.el("td", { class: "detail", text: t.detail }));
+    });
+    document.querySelector("#thresholds-table tbody").replaceChildren(...rows);
+    document.getElementById("thresholds-note").textContent =
+      (body.learning ? "Learning on: growth floors and the logit ceiling are learned from this group's finished healthy runs. "
+        : "Learning off (PATCH the group with learn_thresholds: true to learn from its finished healthy runs). ") +
+      `${counts.override} overridden, ${counts.learned} learned, ${counts.default} default.`;
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     makeRows();
     HW.begin();
-    Promise.all([header(), drawAll()]).catch(HW.fail).finally(HW.end);
+    Promise.all([header(), drawAll(), thresholds()]).catch(HW.fail).finally(HW.end);
     xSel.addEventListener("change", drawAll);
     aggSel.addEventListener("change", drawAll);
   });

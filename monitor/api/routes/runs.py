@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, BackgroundTasks, Query, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import ValidationError
 
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
@@ -45,7 +45,7 @@ def runs_out(runs: Iterable[dict[str, Any]]) -> list[RunOut]:
     },
     summary="Create a run, or update the run with this project and name",
 )
-def upsert_run(body: RunCreate, store: StoreDep, response: Response, later: BackgroundTasks) -> RunOut:
+def upsert_run(body: RunCreate, store: StoreDep, response: Response) -> RunOut:
     fields = body.model_dump(exclude_unset=True, exclude={"name", "project", "attach_id", "resume"})
     new = False
     if body.attach_id is not None:
@@ -57,7 +57,7 @@ def upsert_run(body: RunCreate, store: StoreDep, response: Response, later: Back
     run, created = store.upsert_run(body.project, body.name, fields)
     if new and body.attach_id is not None:
         identity.remember(identity.engine_of(store), run.id, body.project, body.name, body.attach_id)
-    _relearn(store, fields, before, run, later)
+    _relearn(store, fields, before, run)
     response.status_code = 201 if created else 200
     return RunOut.model_validate(run)
 
@@ -67,13 +67,11 @@ def _moves(fields: dict[str, Any]) -> bool:
     return "status" in fields or "group" in fields
 
 
-def _relearn(store: Store, fields: dict[str, Any], before: Run | None, after: Run, later: BackgroundTasks) -> None:
-    """After the reply: a group gaining or losing a finished run reads its runs again (monitor.detect.learned)."""
-    if not _moves(fields):
-        return
-    groups = [r.group_id for r in (before, after) if r is not None and r.status == learned.FINISHED]
-    if groups:
-        later.add_task(learned.refresh_quietly, store, groups)
+def _relearn(store: Store, fields: dict[str, Any], before: Run | None, after: Run) -> None:
+    """A group gaining or losing a finished run reads its runs again (monitor.detect.learned) before the
+    reply: a run of the group started next is judged on what was learned (a failed read is logged)."""
+    if _moves(fields):
+        learned.refresh_quietly(store, [r.group_id for r in (before, after) if r and r.status == learned.FINISHED])
 
 
 @router.get("/runs", response_model=list[RunOut], dependencies=[ReadAuth], summary="List runs")
@@ -98,11 +96,11 @@ def get_run(run_id: int, store: StoreDep, settings: SettingsDep) -> RunOut:
 
 
 @router.patch("/runs/{run_id}", response_model=RunOut, dependencies=[WriteAuth], summary="Update a run")
-def update_run(run_id: int, body: RunUpdate, store: StoreDep, later: BackgroundTasks) -> RunOut:
+def update_run(run_id: int, body: RunUpdate, store: StoreDep) -> RunOut:
     fields = body.model_dump(exclude_unset=True)
     before = store.get_run(run_id) if _moves(fields) else None
     run = store.update_run(run_id, fields)
-    _relearn(store, fields, before, run, later)
+    _relearn(store, fields, before, run)
     return RunOut.model_validate(run)
 
 
