@@ -34,7 +34,6 @@ from hyperwatch.monitor.detectors import detect
 from hyperwatch.monitor.store.points import last_per_key
 
 RUN_ID = 1
-TRACE_RULES = frozenset({"logit_ceiling", "z_growth"})
 FAST_KEYS = frozenset(
     {"attention_lse_max_limit", "growth_factor", "growth_info_fraction", *(f"{m}_growth_floor" for m in GROWTH_METRICS)}
 )
@@ -163,6 +162,9 @@ class RunTrace:
         self.base = thresholds_for(base)
         n, need = int(self.base["growth_window"]), max(2, int(self.base["growth_min_points"]))
         reader = MemoryReader()
+        # the rules but these two at the base: the same detect() with no series above an infinite limit
+        quiet = {**self.base, **{k: math.inf for k in FAST_KEYS if k != "growth_info_fraction"}}
+        fits: dict[tuple[tuple[int, float], ...], float] = {}  # a window's fitted rise (batches share windows)
         fixed: list[tuple[int, Fired]] = []
         seen: set[tuple[str, str, int | None, int]] = set()
         ceil: list[tuple[int, int, float, float, bool, str, int | None]] = []
@@ -171,9 +173,9 @@ class RunTrace:
         for b, raw in enumerate(self.batches):
             cols = last_per_key(raw)
             reader.store(cols)
-            for a in detect(reader, RUN_ID, cols, self.base):
+            for a in detect(reader, RUN_ID, cols, quiet):
                 key = (a.rule, a.name, a.layer, a.step)
-                if a.rule not in TRACE_RULES and key not in seen:
+                if key not in seen:
                     seen.add(key)
                     fixed.append((b, (a.rule, a.severity, a.step, a.name, a.layer)))
             is_ceil = np.array([nm == "attention_z" or base_name(nm) == "attention_lse_max" for nm in cols.names])
@@ -192,10 +194,10 @@ class RunTrace:
             keys = [(nm, la, pts[0][0]) for (nm, la), pts in series.items()]
             for ((nm, la), pts), before in zip(series.items(), reader.trailing_points(RUN_ID, keys, n)):
                 window = list(before)
-                was_ok, was_value, was_fit = _state(window, n, need)
+                was_ok, was_value, was_fit = _state(window, n, need, fits)
                 for step, value in pts:
                     window = [*window, (step, value)][-n:]
-                    ok, _last, fit = _state(window, n, need)
+                    ok, _last, fit = _state(window, n, need, fits)
                     grow.append((b, step, value, fit, ok, was_value, was_fit, was_ok, metric[nm], nm, la))
                     was_ok, was_value, was_fit = ok, value, fit
         self.fixed = [a for _b, a in fixed]
@@ -288,13 +290,18 @@ def _counted_steps(alerts: Sequence[Fired]) -> list[int]:
     return [a[2] for a in alerts if a[1] in COUNTED and a[0] not in EFFICIENCY_RULES]
 
 
-def _state(window: list[tuple[int, float]], n: int, need: int) -> tuple[bool, float, float]:
+def _state(
+    window: list[tuple[int, float]], n: int, need: int, fits: dict[tuple[tuple[int, float], ...], float]
+) -> tuple[bool, float, float]:
     """(enough points and both finite, last value, fitted rise) of a growth window: what
     ``trends._growing`` reads before comparing with the floor and the factor."""
     if len(window) < need or not window:
         return False, math.nan, math.nan
     last = window[-1][1]
-    fitted = fitted_log_rise(window[-n:])
+    key = tuple(window[-n:])
+    fitted = fits.get(key)
+    if fitted is None:
+        fitted = fits[key] = fitted_log_rise(key)
     return math.isfinite(last) and math.isfinite(fitted), last, fitted
 
 
