@@ -177,7 +177,7 @@ def test_a_run_that_finishes_or_stops_being_finished_changes_what_is_learned(cli
     assert _thresholds(client, gid)["attention_lse_max_limit"]["value"] == MULTIPLE * 20.0
 
 
-def test_detectors_and_exported_gauges_use_the_learned_ceiling(client: TestClient) -> None:
+def test_detectors_and_exported_gauges_use_the_learned_ceiling_and_floor(client: TestClient) -> None:
     _family(client)
     create_run(client, "new", group="fam")
     create_run(client, "alone")
@@ -185,9 +185,18 @@ def test_detectors_and_exported_gauges_use_the_learned_ceiling(client: TestClien
         post_points(client, name, [{"name": "attention_lse_max.h0", "layer": 0, "step": 1, "value": 55.0}])
     fired = {a["run"] for a in client.get("/api/v1/alerts", params={"rule": "logit_ceiling"}).json()}
     assert fired == {"alone", "blew-up"}  # not "new": its group learned a ceiling of 60
+    # a climb of attention Z from 15 to 65 over 16 logged points: past the default floor of 50, below
+    # the floor of 3 x 23 = 69 learned from h1 and h2
+    for step in range(2, 18):
+        z = 15.0 * (65.0 / 15.0) ** ((step - 2) / 15)
+        for name in ("new", "alone"):
+            post_points(client, name, [{"name": "attention_z", "layer": 0, "step": step, "value": z}])
+    fired = {a["run"] for a in client.get("/api/v1/alerts", params={"rule": "z_growth"}).json()}
+    assert fired == {"alone"}
     metrics = client.get("/metrics").text
     assert f'hyperwatch_run_logit_ceiling{{project="default",run="new"}} {MULTIPLE * 20.0}' in metrics
     assert f'hyperwatch_run_logit_ceiling{{project="default",run="alone"}} {LIMIT}' in metrics
+    assert f'hyperwatch_run_attention_z_growth_floor{{project="default",run="new"}} {MULTIPLE * 23.0}' in metrics
 
 
 def test_without_learning_the_same_runs_change_nothing(client: TestClient) -> None:
