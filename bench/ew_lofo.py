@@ -35,11 +35,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from ew_replay import (  # noqa: E402
     RunTrace,
     compare_recorded,
-    counted_prom_steps,
     decode_value,
-    rule_severities,
+    prom_warnings,
     to_columns,
-    with_thresholds,
 )
 from ew_truth import (  # noqa: E402
     COUNTS,
@@ -271,44 +269,26 @@ def lofo(
     return folds
 
 
-def _run_label(columns: Mapping[str, Any]) -> str | None:
-    """The ``run`` label of a recording's scraped series (the name the service knew the run by)."""
-    for key in columns:
-        at = key.find('run="')
-        if at >= 0:
-            return key[at + 5 : key.index('"', at + 5)]
-    return None
-
-
 def prom_rows(
     runs: Sequence[Run],
     over_of: Mapping[str, Overrides],
     keys: Sequence[str],
     truth: Mapping[str, Truth],
     workdir: Path,
+    cache: dict[tuple[str, tuple[tuple[str, float], ...]], Warn] | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """The runs scored by the Prometheus rules (one promtool call): each run's scrapes with the gauges
-    of ``keys`` rewritten to its own threshold set; and the keys that have no gauge to rewrite."""
-    from ew_prom import from_columns, replay
+    """The runs scored by the Prometheus rules, each run's scrapes with the gauges of ``keys`` rewritten
+    to its own threshold set (one promtool call for the runs not in ``cache``); and the keys that had
+    no gauge to rewrite."""
+    cache = {} if cache is None else cache
 
-    scrapes: dict[str, Any] = {}
-    label_of: dict[str, str] = {}
-    missing: set[str] = set()
-    for r in runs:
-        columns, lost = with_thresholds(r.scrapes, over_of[r.name], keys)
-        missing.update(lost)
-        label = _run_label(columns) or r.name
-        label_of[r.name] = label
-        scrapes[label] = from_columns(columns)
-    fired = replay(scrapes, RULES, workdir) if scrapes else {}
-    severity = rule_severities(RULES)
-    rows = []
-    for r in runs:
-        steps = sorted(counted_prom_steps(fired.get(label_of[r.name], {}), r.logged_steps, severity))
-        first = steps[0] if steps else None
-        after = next((s for s in steps if s >= r.onset), None) if r.onset is not None else None
-        rows.append(run_row(r, truth[r.name], (first, after)))
-    return rows, sorted(missing)
+    def key(r: Run) -> tuple[str, tuple[tuple[str, float], ...]]:
+        return r.name, tuple(sorted((k, v) for k, v in over_of[r.name].items() if v != DEFAULT_THRESHOLDS[k]))
+
+    todo = [r for r in runs if key(r) not in cache]
+    found, missing = prom_warnings(todo, over_of, keys, RULES, workdir) if todo else ({}, [])
+    cache.update({key(r): found[r.name] for r in todo})
+    return [run_row(r, truth[r.name], cache[key(r)]) for r in runs], missing
 
 
 def _by_family(rows: Sequence[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
@@ -406,8 +386,9 @@ def report(
         try:
             with tempfile.TemporaryDirectory(prefix="ew-lofo-") as tmp:
                 missing: set[str] = set()
+                done: dict[tuple[str, tuple[tuple[str, float], ...]], Warn] = {}
                 for plan, of in over_of.items():
-                    prom[plan], lost = prom_rows(runs, of, keys, truth, Path(tmp) / plan)
+                    prom[plan], lost = prom_rows(runs, of, keys, truth, Path(tmp) / plan, done)
                     missing.update(lost)
             print("\n".join(_source_tables("prometheus", prom, weights, fixed)))
             if missing:

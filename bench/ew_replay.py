@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 from ew_score import EFFICIENCY_RULES
@@ -354,7 +355,7 @@ def with_thresholds(
     return out, missing
 
 
-def rule_severities(rules: Any) -> dict[str, str]:
+def rule_severities(rules: Path) -> dict[str, str]:
     """Alert name -> its ``severity`` label in a Prometheus rules file."""
     import yaml
 
@@ -376,6 +377,48 @@ def counted_prom_steps(fired: dict[str, list[int]], logged_steps: Sequence[int],
         for i in at
         if i < len(logged_steps)
     ]
+
+
+def _run_label(columns: dict[str, Any]) -> str | None:
+    """The ``run`` label of a recording's scraped series (the name the service knew the run by)."""
+    for key in columns:
+        at = key.find('run="')
+        if at >= 0:
+            return key[at + 5 : key.index('"', at + 5)]
+    return None
+
+
+class Scraped(Protocol):
+    name: str
+    scrapes: dict[str, list[float | None]]
+    logged_steps: list[int]
+    onset: int | None
+
+
+def prom_warnings(
+    runs: Sequence[Scraped], over_of: Mapping[str, dict[str, float]], keys: Sequence[str], rules: Path, workdir: Path
+) -> tuple[dict[str, tuple[int | None, int | None]], list[str]]:
+    """Per run, (first warning, first at or after its onset) of the Prometheus rules replayed by promtool
+    (one call) over its scrapes, the gauges of ``keys`` rewritten to its threshold set ``over_of[name]``;
+    and the keys that could not be rewritten (no gauge, or none recorded)."""
+    from ew_prom import from_columns, replay
+
+    scrapes: dict[str, Any] = {}
+    label_of: dict[str, str] = {}
+    missing: set[str] = set()
+    for r in runs:
+        columns, lost = with_thresholds(r.scrapes, over_of[r.name], keys)
+        missing.update(lost)
+        label_of[r.name] = _run_label(columns) or r.name
+        scrapes[label_of[r.name]] = from_columns(columns)
+    fired = replay(scrapes, rules, workdir) if scrapes else {}
+    severity = rule_severities(rules)
+    out: dict[str, tuple[int | None, int | None]] = {}
+    for r in runs:
+        steps = sorted(counted_prom_steps(fired.get(label_of[r.name], {}), r.logged_steps, severity))
+        after = None if r.onset is None else next((s for s in steps if s >= r.onset), None)
+        out[r.name] = (steps[0] if steps else None, after)
+    return out, sorted(missing)
 
 
 def compare_recorded(
