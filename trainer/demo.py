@@ -10,12 +10,15 @@
    equal share of the CPU cores as PyTorch threads), on a real corpus every machine has (the
    Python standard library's own source):
 
-   - ``configs/cpu/demo_hyperp.toml``: MuonH + HyperP with QK-Norm, whose indicators stay bounded
-     and do not grow with depth (verdict "transferable");
+   - ``configs/cpu/demo_hyperp.toml``: MuonH + HyperP with QK-Norm, its LR swept at depth 2 and
+     transferred by HyperP's rule, whose indicators stay bounded and do not grow with depth
+     (verdict "transferable") and whose loss is the better one at every depth;
    - ``configs/cpu/demo_baseline.toml``: MuonH without HyperP (no LR transfer across depth) and
      without QK-Norm at a too-high learning rate, whose attention Z-value explodes (incidents
      from the service's detectors, e.g. ``logit_ceiling`` and ``z_growth``, and firing Prometheus
-     rules delivered by Alertmanager) and grows with depth ("breaks");
+     rules delivered by Alertmanager; "breaks" across depth) and whose loss ends 0.17-0.26 nats
+     behind HyperP's, more with depth: a run gone wrong by the benchmark's rule (issue 33), so
+     its alerts are hits;
 
    each run prints a live line per logged step (step/total, loss, attention Z, tokens/s, ETA),
    also written to its ``train.log``;
