@@ -354,6 +354,12 @@ class Thresholds(Strict):
     learn_min_runs: Annotated[int | None, _positive("send a whole number such as 2, or leave it out", integer=True)] = (
         Field(default=None, le=10_000, description="finished healthy runs needed before anything is learned")
     )
+    learn_loss_margin: Annotated[
+        float | None, _positive("send e.g. 0.05 (nats of final loss above the group's best), or leave it out")
+    ] = Field(
+        default=None,
+        description="a finished run is learned from when its final loss is within this of the group's best",
+    )
 
 
 class GroupFields(Strict):

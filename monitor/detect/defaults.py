@@ -100,6 +100,8 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     # healthy runs when that is above the default, once there are learn_min_runs of them
     "learn_multiple": 3.0,
     "learn_min_runs": 2,
+    # a finished run is learned from only when its final loss is within this many nats of the group's best
+    "learn_loss_margin": 0.05,
 }
 
 LEARN_BY_DEFAULT = False

@@ -8,10 +8,14 @@ the default (:data:`defaults.DEFAULT_THRESHOLDS`). :func:`effective_thresholds` 
 
 Learning (a group's ``learn_thresholds``; unset: :data:`defaults.LEARN_BY_DEFAULT`) raises the level
 thresholds that say where a model family's healthy runs live: the growth floors (``*_growth_floor``)
-and the logit ceiling ``attention_lse_max_limit``. It reads the group's *finished healthy runs*:
-status ``finished``, a finite last loss, and no warning or critical incident of a rule that guards the
-loss (every rule but ``max_vio_collapse``, which guards expert load); nothing is learned below
-``learn_min_runs`` of them. A learned value is ``learn_multiple`` x the highest peak of its metric over
+and the logit ceiling ``attention_lse_max_limit``. It reads the group's *finished healthy runs*, healthy
+by their loss, as the early-warning benchmark judges them, never by the indicator rules that learning
+exists to correct: status ``finished``, a finite last loss, no incident of a rule that reads the loss or
+its gradients (:data:`LOSS_RULES`), and a final loss (the mean of its last :data:`FINAL_POINTS` logged
+losses) within ``learn_loss_margin`` nats of the best final loss among the group's finished runs. A
+``z_growth`` or ``logit_ceiling`` incident does not disqualify a run whose loss ended among the best:
+that is the false alarm learning is there to silence. Nothing is learned below ``learn_min_runs`` of
+them. A learned value is ``learn_multiple`` x the highest peak of its metric over
 those runs (max over layers and steps of the finite values; the ceiling also reads the per-head
 ``attention_lse_max.h<k>`` series), and it counts only where it is above the default: learning
 never lowers a threshold.
@@ -47,8 +51,14 @@ LEARNED_FROM: dict[str, tuple[str, bool]] = {
 """threshold -> (the metric whose peak it is learned from, whether the metric's per-head series count too)."""
 
 FINISHED = "finished"
-LOAD_RULES = frozenset({"max_vio_collapse"})
-"""Rules that guard expert load, not the loss: their incidents do not make a run unhealthy."""
+LOSS_RULES = frozenset({"nan_loss", "nonfinite_value", "loss_spike", "loss_shift", "grad_norm_spike"})
+"""Rules that read the loss (or its gradients, or find a non-finite value): a warning or critical incident
+of one makes a run unhealthy. The indicator rules (``z_growth``, ``z_spike``, ``logit_ceiling``) do not:
+whether they were right is what the run's loss says; ``max_vio_collapse`` guards expert load."""
+FINAL_POINTS = 16
+END = 2**62
+"""A step past any run's last: a run's newest values are those before it."""
+"""Logged losses averaged into a run's final loss (one logged loss is too noisy to compare runs by)."""
 SERIOUS = frozenset({"warning", "critical"})
 MAX_LISTED = 20
 """Runs named in a detail (and unhealthy runs kept with their reason): the first ones, then a count."""
@@ -204,25 +214,42 @@ def _learned_detail(key: str, group: GroupSettings | None, read: _Read | None, c
 
 
 def unhealthy(run: RunHealth) -> str | None:
-    """Why a finished run is not learned from (None: it is healthy)."""
+    """Why a finished run is not learned from by itself (None: nothing against it; its final loss
+    against the group's best is judged by :func:`behind_the_best`)."""
     why = []
     if run.last_loss is None:
         why.append("no loss logged")
     elif not math.isfinite(run.last_loss):
         why.append(f"last loss {encode_value(run.last_loss)}")
-    why += [f"a {sev} {rule} incident" for rule, sev in run.incidents if sev in SERIOUS and rule not in LOAD_RULES]
+    why += [f"a {sev} {rule} incident" for rule, sev in run.incidents if sev in SERIOUS and rule in LOSS_RULES]
     return "; ".join(why) or None
 
 
-def learn(runs: Iterable[RunHealth], peaks: dict[tuple[int, str], float]) -> dict[str, Any]:
+def behind_the_best(finals: dict[int, float], margin: float) -> dict[int, str]:
+    """The runs (id -> why) whose final loss is more than ``margin`` nats above the best of ``finals``
+    (the final losses of the group's finished runs that nothing else rules out)."""
+    best = min((v for v in finals.values() if math.isfinite(v)), default=None)
+    if best is None:
+        return {}
+    return {
+        rid: f"final loss {v:.4g}, {v - best:.3g} nats above the group's best {best:.4g} (learn_loss_margin {margin:g})"
+        for rid, v in finals.items()
+        if not (math.isfinite(v) and v <= best + margin)
+    }
+
+
+def learn(
+    runs: Iterable[RunHealth], peaks: dict[tuple[int, str], float], behind: dict[int, str] | None = None
+) -> dict[str, Any]:
     """What a group learns from its runs (the stored ``learned``): its finished healthy runs, each
-    learned threshold's highest peak with its run, and the finished runs left out with why."""
+    learned threshold's highest peak with its run, and the finished runs left out with why (``behind``:
+    those whose final loss is too far above the group's best)."""
     healthy: dict[int, str] = {}
     excluded: dict[str, str] = {}
     for run in runs:
         if run.status != FINISHED:
             continue
-        why = unhealthy(run)
+        why = unhealthy(run) or (behind or {}).get(run.id)
         if why is None:
             healthy[run.id] = run.name
         else:
@@ -239,6 +266,11 @@ def learn(runs: Iterable[RunHealth], peaks: dict[tuple[int, str], float]) -> dic
     return {"runs": list(healthy.values()), "peaks": best, "excluded": kept, "excluded_count": len(excluded)}
 
 
+def _mean(values: Sequence[float]) -> float:
+    """The mean of a run's last logged losses (NaN without any, or with a non-finite one)."""
+    return sum(values) / len(values) if values else math.nan
+
+
 def peak_metrics() -> list[str]:
     """The metric names (bases) whose peaks are read."""
     return sorted({metric for metric, _heads in LEARNED_FROM.values()})
@@ -249,8 +281,12 @@ def refresh(store: Store, group_id: int) -> dict[str, Any]:
     turning learning on then needs no read). Returns what was stored."""
     read_at = time.time()
     runs = store.group_run_health(group_id)
-    healthy = [r.id for r in runs if r.status == FINISHED and unhealthy(r) is None]
-    learned = learn(runs, store.series_peaks(healthy, peak_metrics()))
+    candidates = [r.id for r in runs if r.status == FINISHED and unhealthy(r) is None]
+    finals = {rid: _mean(store.trailing_values(rid, "loss", None, END, FINAL_POINTS)) for rid in candidates}
+    margin = _setting(store.get_group(group_id), "learn_loss_margin")
+    behind = behind_the_best(finals, margin)
+    healthy = [rid for rid in candidates if rid not in behind]
+    learned = learn(runs, store.series_peaks(healthy, peak_metrics()), behind)
     store.save_learned(group_id, learned, read_at)
     return learned
 

@@ -11,7 +11,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hyperwatch.monitor.detect.defaults import DEFAULT_THRESHOLDS
-from hyperwatch.monitor.detect.learned import LEARNED_FROM, effective_thresholds, learn, provenance
+from hyperwatch.monitor.detect.learned import (
+    LEARNED_FROM,
+    behind_the_best,
+    effective_thresholds,
+    learn,
+    provenance,
+    unhealthy,
+)
 from hyperwatch.monitor.store.entities import GroupThresholds, RunHealth
 from tests.monitor.conftest import AUTH, create_run, post_points
 
@@ -20,11 +27,11 @@ MULTIPLE = DEFAULT_THRESHOLDS["learn_multiple"]
 
 
 def _runs() -> tuple[list[RunHealth], dict[tuple[int, str], float]]:
-    """a, b, f healthy (f's only incident guards expert load); c critical, d NaN loss, e running, g no loss."""
+    """a, b, f healthy (f's incidents: expert load, an info climb); c a loss spike, d NaN loss, e running, g no loss."""
     runs = [
         RunHealth(1, "a", "finished", 2.9),
         RunHealth(2, "b", "finished", 3.1),
-        RunHealth(3, "c", "finished", 3.0, (("logit_ceiling", "critical"),)),
+        RunHealth(3, "c", "finished", 3.0, (("loss_spike", "warning"),)),
         RunHealth(4, "d", "finished", math.nan),
         RunHealth(5, "e", "running", 3.0),
         RunHealth(6, "f", "finished", 3.0, (("max_vio_collapse", "warning"), ("z_growth", "info"))),
@@ -83,8 +90,28 @@ def test_unhealthy_or_unfinished_runs_are_never_learned_from() -> None:
     learned = learn(runs, peaks)
     assert learned["peaks"]["attention_z_growth_floor"] == [30.0, "b"]  # not c, d, e or g's 500-800
     assert learned["peaks"]["attention_lse_max_limit"] == [25.0, "f"]  # not c's head at 90
-    assert "critical logit_ceiling" in learned["excluded"]["c"]
+    assert "warning loss_spike" in learned["excluded"]["c"]
     assert "NaN" in learned["excluded"]["d"] and "no loss" in learned["excluded"]["g"]
+
+
+def test_a_run_is_judged_healthy_by_its_loss_not_by_the_indicator_rules_learning_corrects() -> None:
+    """A ceiling or growth incident on a run whose loss ended among the group's best does not stop
+    learning from it (that is the false alarm to silence); a final loss behind the best does."""
+    runs = [
+        RunHealth(1, "a", "finished", 2.9, (("logit_ceiling", "critical"), ("z_growth", "warning"))),
+        RunHealth(2, "b", "finished", 2.9, (("z_spike", "warning"),)),
+        RunHealth(3, "c", "finished", 3.0, (("grad_norm_spike", "warning"),)),
+        RunHealth(4, "d", "finished", 3.2),
+    ]
+    assert [unhealthy(r) for r in runs[:2]] == [None, None]
+    assert "grad_norm_spike" in (unhealthy(runs[2]) or "")
+    finals = {1: 2.50, 2: 2.54, 4: 2.70, 5: math.nan}
+    behind = behind_the_best(finals, 0.05)
+    assert set(behind) == {4, 5} and "0.2 nats above the group's best 2.5" in behind[4]
+    learned = learn(runs, {(1, "attention_lse_max.h0"): 70.0, (4, "attention_lse_max.h0"): 300.0}, behind)
+    assert learned["runs"] == ["a", "b"] and learned["peaks"]["attention_lse_max_limit"] == [70.0, "a"]
+    assert "above the group's best" in learned["excluded"]["d"] and "grad_norm_spike" in learned["excluded"]["c"]
+    assert behind_the_best({1: math.nan}, 0.05) == {}  # no finite final loss: nothing to compare with
 
 
 def test_too_few_healthy_runs_learning_off_or_no_group_give_the_defaults() -> None:
@@ -101,7 +128,7 @@ def test_too_few_healthy_runs_learning_off_or_no_group_give_the_defaults() -> No
         values = effective_thresholds(group)
         assert {k: values[k] for k in LEARNED_FROM} == {k: DEFAULT_THRESHOLDS[k] for k in LEARNED_FROM}
     few = _rows(GroupThresholds({"learn_min_runs": 4}, True, learned))["attention_z_growth_floor"].detail
-    assert "3 finished healthy runs" in few and "learn_min_runs is 4" in few and "c (a critical" in few
+    assert "3 finished healthy runs" in few and "learn_min_runs is 4" in few and "c (a warning loss_spike" in few
     assert "learning is off" in _rows(GroupThresholds({}, False, learned))["attention_z_growth_floor"].detail
     lone = learn([RunHealth(1, "a", "finished", 2.0)], {(1, "attention_z"): 40.0})
     assert _rows(GroupThresholds({}, True, lone))["attention_z_growth_floor"].source == "default"  # 1 < 2 runs
@@ -110,13 +137,16 @@ def test_too_few_healthy_runs_learning_off_or_no_group_give_the_defaults() -> No
 
 
 # -- through the service -------------------------------------------------------------------------
-def _run(client: TestClient, name: str, group: str | None, head_peak: float, finish: bool = True) -> dict[str, Any]:
-    """A run of four logged steps; its heads' max LSE peaks at ``head_peak`` (step 2)."""
+def _run(
+    client: TestClient, name: str, group: str | None, head_peak: float, finish: bool = True, loss_offset: float = 0.0
+) -> dict[str, Any]:
+    """A run of four logged steps; its heads' max LSE peaks at ``head_peak`` (step 2); its loss is
+    ``loss_offset`` above the others'."""
     run = create_run(client, name, **({"group": group} if group else {}))
     for step in range(4):
         head = head_peak if step == 2 else 8.0
         pts: list[dict[str, object]] = [
-            {"name": "loss", "step": step, "value": 3.0 - 0.1 * step},
+            {"name": "loss", "step": step, "value": 3.0 - 0.1 * step + loss_offset},
             {"name": "attention_z", "layer": 0, "step": step, "value": 20.0 + step},
             {"name": "attention_lse_max", "layer": 0, "step": step, "value": head},
             {"name": "attention_lse_max.h0", "layer": 0, "step": step, "value": head},
@@ -135,7 +165,7 @@ def _family(client: TestClient, learn_on: bool = True) -> int:
     gid = int(r.json()["id"])
     _run(client, "h1", "fam", 18.0)
     _run(client, "h2", "fam", 20.0)
-    _run(client, "blew-up", "fam", 80.0)  # passes the ceiling of 50: a critical incident
+    _run(client, "blew-up", "fam", 80.0, loss_offset=0.5)  # a critical ceiling incident, and a loss 0.5 behind
     _run(client, "still-running", "fam", 45.0, finish=False)
     return gid
 
