@@ -48,6 +48,29 @@ def test_fast_rules_keep_the_expressions_and_shorten_only_for() -> None:
     assert "_baseline" in spike and "[" not in spike.split("annotations:")[0]
 
 
+def test_fast_rules_at_a_demo_pace_scale_only_the_wall_clock_windows() -> None:
+    """With ``minute``, each minute of a window becomes one scrape interval: a demo's 16 logged steps
+    fill the growth rules' window as 16 one-minute samples do in production (issue 33: a 16-minute
+    window held a whole demo run, and HyperP's healthy warm-up rise read as a climb)."""
+    prod = RULES.read_text()
+    fast = fast_rules(prod, minute="1s")
+    assert "[16000ms:1000ms]" in fast and "[16m:1m]" not in fast and "* 15)" not in fast
+    growth = fast.split("alert: HyperWatchAttentionZGrowth\n", 1)[1].split("- alert:", 1)[0]
+    assert "deriv(ln(hyperwatch_run_attention_z_max)[16000ms:1000ms]) * 15 >=" in growth
+    assert "count_over_time(hyperwatch_run_attention_z_max[16000ms]) >= 8" in growth
+    shift = fast.split("alert: HyperWatchLossShift\n", 1)[1].split("- alert:", 1)[0]
+    assert "[5500ms]" in shift and "offset 6000ms" in shift and "[15500ms]" in shift
+
+    # everything but the durations and the span factor is the file's own text
+    def code(text: str) -> list[str]:
+        return [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+
+    undo = code(re.sub(r"\d+ms", "D", fast).replace("* 15 ", "* S "))
+    assert undo == code(re.sub(r"([\[:]|offset )(\d+[hms])+", r"\1D", fast_rules(prod)).replace("* 900 ", "* S "))
+    with pytest.raises(ValueError, match="duration"):
+        fast_rules(prod, minute="soon")
+
+
 def test_attention_z_spike_reaches_the_service_through_alertmanager(tmp_path: Path) -> None:
     with ServiceProcess(f"sqlite:///{tmp_path / 'hw.db'}", log_path=tmp_path / "service.log") as svc:
         base = svc.url
