@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from ew_learn import family_peaks, learned_over, learning_scorer, loss_rule_warned  # noqa: E402
 from ew_replay import (  # noqa: E402
     RunTrace,
     compare_recorded,
@@ -40,6 +41,7 @@ from ew_replay import (  # noqa: E402
     to_columns,
 )
 from ew_truth import (  # noqa: E402
+    BEST_ARM,
     COUNTS,
     Truth,
     Warn,
@@ -59,10 +61,10 @@ from hyperwatch.monitor.detect.defaults import DEFAULT_THRESHOLDS  # noqa: E402
 RULES = ROOT / "prometheus" / "rules.yml"
 _D = DEFAULT_THRESHOLDS
 GRID: dict[str, list[float]] = {
-    "attention_lse_max_limit": [30.0, 50.0, 80.0, 120.0],
-    "growth_factor": [4.0, 8.0, 16.0],
+    "attention_lse_max_limit": [30.0, 50.0, 80.0, 120.0, 200.0],
+    "growth_factor": [4.0, 8.0, 16.0, 32.0, 64.0],
     **{
-        k: [_D[k] * f for f in (0.5, 1.0, 2.0, 4.0, 8.0)]
+        k: [_D[k] * f for f in (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)]
         for k in (
             "attention_z_growth_floor",
             "attention_lse_max_growth_floor",
@@ -184,8 +186,9 @@ def load_grid(path: Path) -> tuple[dict[str, list[float]], dict[str, float]]:
 class Evaluator:
     """The first warnings of each run at a threshold set, one replay trace per run, results cached."""
 
-    def __init__(self, runs: Sequence[Run]) -> None:
+    def __init__(self, runs: Sequence[Run], base: Overrides | None = None) -> None:
         self.runs = {r.name: r for r in runs}
+        self.base = dict(base or {})  # the thresholds every set starts from: the traces are built at them
         self.cache: dict[tuple[str, tuple[tuple[str, float], ...]], Warn] = {}
         self.trace_seconds = 0.0
         self.lookups = 0
@@ -195,7 +198,7 @@ class Evaluator:
     def trace(self, run: Run) -> RunTrace:
         if run.trace is None:
             t0 = time.perf_counter()
-            run.trace = RunTrace(run.batches)
+            run.trace = RunTrace(run.batches, self.base or None)
             self.trace_seconds += time.perf_counter() - t0
         return run.trace
 
@@ -257,13 +260,14 @@ def lofo(
     score: Scorer,
     grid: Mapping[str, Sequence[float]],
     weights: Mapping[str, float],
+    start: Overrides | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Per family F: thresholds chosen on the other families' runs, F's runs scored with them."""
     folds: dict[str, dict[str, Any]] = {}
     for family in sorted({r.family for r in runs}):
         train = [r for r in runs if r.family != family]
         held = [r for r in runs if r.family == family]
-        over, train_row, tried = search(train, score, grid, weights)
+        over, train_row, tried = search(train, score, grid, weights, start)
         rows = score(held, over)
         folds[family] = {"thresholds": over, "train": train_row, "tried": tried, "rows": rows, "row": summarize(rows)}
     return folds
@@ -336,25 +340,39 @@ def report(
     fixed: Overrides | None,
 ) -> int:
     t0 = time.perf_counter()
-    ev = Evaluator(runs)
+    base_over = dict(args.base or {})
+    ev = Evaluator(runs, base_over)
     for r in runs:
         ev.trace(r)
-    repro = reproduce(runs, ev)
+    # the replay checked against the stored alerts at the recording's thresholds (the traces at --base are not)
+    repro: dict[str, Any] = reproduce(runs, Evaluator(runs) if base_over else ev)
     score = service_scorer(ev, truth)
+    raise_of: Callable[[Run, Overrides], Overrides] = lambda _r, over: over  # noqa: E731
+    if args.learn is not None:
+        teach = family_peaks(runs, truth, {r.name: loss_rule_warned(ev.trace(r).fixed) for r in runs})
+        score = learning_scorer(ev, truth, teach, args.learn)
+
+        def raise_of(r: Run, over: Overrides) -> Overrides:
+            return over if r.arm == BEST_ARM else learned_over(over, teach.get(r.family, {}), args.learn)
+
+        print(f"learning: x{args.learn:g} the peaks of each family's healthy best runs (raises only): " + "; ".join(
+            f"{f} {format_over({k: args.learn * v for k, v in p.items()})}" for f, p in teach.items()))  # fmt: skip
     t1 = time.perf_counter()
     service: dict[str, Any] = {"default_rows": score(runs, {})}
-    over_of: dict[str, dict[str, Overrides]] = {"default_rows": {r.name: {} for r in runs}}
+    over_of: dict[str, dict[str, Overrides]] = {"default_rows": {r.name: raise_of(r, {}) for r in runs}}
     folds: dict[str, dict[str, Any]] = {}
+    chosen: Overrides = {}
     if fixed is None:
-        folds = lofo(runs, score, grid, weights)
-        chosen, _row, _tried = search(runs, score, grid, weights)
+        folds = lofo(runs, score, grid, weights, base_over)
+        chosen, _row, _tried = search(runs, score, grid, weights, base_over)
         service["lofo_rows"] = [row for f in folds.values() for row in f["rows"]]
         service["in_sample_rows"] = score(runs, chosen)
-        over_of["lofo_rows"] = {r.name: folds[r.family]["thresholds"] for r in runs}
-        over_of["in_sample_rows"] = {r.name: chosen for r in runs}
+        over_of["lofo_rows"] = {r.name: raise_of(r, folds[r.family]["thresholds"]) for r in runs}
+        over_of["in_sample_rows"] = {r.name: raise_of(r, chosen) for r in runs}
     else:
+        fixed = {**base_over, **fixed}
         service["given_rows"] = score(runs, fixed)
-        over_of["given_rows"] = {r.name: fixed for r in runs}
+        over_of["given_rows"] = {r.name: raise_of(r, fixed) for r in runs}
     t2 = time.perf_counter()
     print(
         f"ew_lofo: {len(runs)} runs, {len({r.family for r in runs})} families from {args.dir}; truth: wrong >= 0.15 "
@@ -378,7 +396,7 @@ def report(
     if fixed is None:
         lines.append("thresholds chosen without each family (coordinate-wise search, from the defaults):")
         lines += [f"  {f:12s} {format_over(fold['thresholds'])}" for f, fold in folds.items()]
-        lines.append(f"  {'in-sample':12s} {format_over(over_of['in_sample_rows'][runs[0].name])}")
+        lines.append(f"  {'in-sample':12s} {format_over(chosen)}")
     print("\n".join(lines))
     prom: dict[str, Any] = {}
     if not args.no_prom:
@@ -447,6 +465,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="write every row, fold and run here")
     p.add_argument("--grid", type=Path, help="a JSON grid: {threshold: [values]}, optionally 'objective'")
     p.add_argument("--thresholds", help="JSON overrides to score as they are, without a search")
+    p.add_argument("--base", help="JSON overrides every threshold set starts from (kept by the search)")
+    p.add_argument(
+        "--learn",
+        type=float,
+        metavar="MULTIPLE",
+        help="each family learns its level thresholds from its healthy best runs, MULTIPLE x their peaks "
+        "(the service's learn_thresholds with learn_multiple MULTIPLE)",
+    )
     args = p.parse_args(argv)
     try:
         runs = load_dir(args.dir)
@@ -457,6 +483,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 fixed = check_thresholds(json.loads(args.thresholds), "--thresholds")
             except ValueError as exc:
                 raise InputError(f"--thresholds: not JSON ({exc}): give e.g. '{{\"growth_factor\": 8}}'") from exc
+        if args.base is not None:
+            try:
+                args.base = check_thresholds(json.loads(args.base), "--base")
+            except ValueError as exc:
+                raise InputError(f"--base: not JSON ({exc}): give e.g. '{{\"attention_z_min\": 1e9}}'") from exc
+        if args.learn is not None and not (math.isfinite(args.learn) and args.learn > 0):
+            raise InputError(f"--learn {args.learn}: a multiple above 0, e.g. 3")
         truth = ground_truth(runs)
     except (InputError, ValueError) as exc:
         print(f"ew_lofo: {exc}", file=sys.stderr)

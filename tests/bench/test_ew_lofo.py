@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
 import ew_lofo  # noqa: E402
+from ew_learn import family_peaks, learned_over, learning_scorer, run_peaks  # noqa: E402
 from ew_lofo import Evaluator, load_run, lofo, prom_rows, search, service_scorer  # noqa: E402
 from ew_replay import to_columns  # noqa: E402
 from ew_truth import baselines, ground_truth, run_row, summarize, verdict  # noqa: E402
@@ -245,3 +247,50 @@ def test_bad_input_exits_2_naming_the_fix(recorded: Path, tmp_path: Path, capsys
     bad.write_text(json.dumps(doc))
     err = _fails(capsys, str(recorded), "--no-prom")
     assert "mid-best-s0.json: missing field(s) batches" in err and "bench/ew_record.py" in err
+
+
+# --- learning (bench/ew_learn.py): each family a group that learns from its healthy best runs ---
+
+
+def test_run_peaks_read_the_layers_and_heads_finite_values() -> None:
+    batches = [
+        to_columns(
+            [["attention_lse_max", 0, 0, 5.0], ["attention_lse_max.h1", 1, 0, 9.0], ["attention_z", 0, 0, 40.0]]
+        ),
+        to_columns([["attention_lse_max.h0", 0, 4, "Infinity"], ["attention_z", 1, 4, "NaN"], ["loss", None, 4, 9.0]]),
+    ]
+    peaks = run_peaks(batches)
+    assert peaks["attention_lse_max_limit"] == 9.0  # the head counts for the ceiling, the Inf does not
+    assert peaks["attention_lse_max_growth_floor"] == 5.0  # the floor reads the layer's own series only
+    assert peaks["attention_z_growth_floor"] == 40.0 and "mlp_rms_growth_floor" not in peaks
+    assert learned_over({"attention_lse_max_limit": 80.0}, peaks, 3.0) == {
+        "attention_lse_max_limit": 80.0,  # 3 x 9 = 27: below the 80 in force, kept
+        "attention_lse_max_growth_floor": 15.0,  # 3 x 5 above the default 10
+        "attention_z_growth_floor": 120.0,
+    }
+    raised = learned_over({}, {"attention_lse_max_limit": 20.0, "attention_z_growth_floor": 10.0}, 3.0)
+    assert raised == {"attention_lse_max_limit": 60.0}  # 3 x 10 = 30 is below the default floor (50): kept
+
+
+def test_learning_silences_a_hot_familys_later_runs_not_its_first(
+    recorded: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = ew_lofo.load_dir(recorded)
+    truth = ground_truth(runs)
+    peaks = family_peaks(runs, truth, {})
+    # hot's two healthy best runs peak at 60: it learns; mid has one best run (learn_min_runs 2): nothing
+    assert peaks["hot"]["attention_lse_max_limit"] == 60.0 and peaks["mid"] == {}
+    assert family_peaks(runs, truth, {"hot-best-s0": True})["hot"] == {}  # a loss rule warned one of them
+    score = learning_scorer(Evaluator(runs), truth, peaks, 3.0)
+    rows = {r["name"]: r for r in score(runs, {})}
+    assert rows["hot-best-s0"]["false_alarm"] and rows["hot-best-s1"]["false_alarm"]  # the group's first runs
+    assert not rows["hot-lr_x0.5-s0"]["false_alarm"]  # under the learned ceiling of 180
+    assert rows["mid-lr_x16-s0"]["warned"]  # nothing learned: the default ceiling of 50 warns its LSE of 100
+    argv = [str(recorded), "--no-prom", "--thresholds", '{"attention_lse_max_limit": 50}']
+    assert ew_lofo.main([*argv, "--learn", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "learning: x3" in out and re.search(r"; hot [^;]*attention_lse_max_limit 180", out)
+    assert ew_lofo.main([*argv, "--base", '{"attention_lse_max_limit": 80, "growth_factor": 8}']) == 0
+    assert "thresholds growth_factor 8 (no search)" in capsys.readouterr().out  # the given 50 wins over the base 80
+    assert "a multiple above 0" in _fails(capsys, str(recorded), "--learn", "0")
+    assert "not JSON" in _fails(capsys, str(recorded), "--base", "{")
