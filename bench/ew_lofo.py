@@ -56,7 +56,7 @@ from ew_truth import (  # noqa: E402
 )
 
 from hyperwatch.hooks.columns import PointColumns  # noqa: E402
-from hyperwatch.monitor.detect.defaults import DEFAULT_THRESHOLDS  # noqa: E402
+from hyperwatch.monitor.detect.defaults import DEFAULT_THRESHOLDS, LEARN_BY_DEFAULT  # noqa: E402
 
 RULES = ROOT / "prometheus" / "rules.yml"
 _D = DEFAULT_THRESHOLDS
@@ -466,12 +466,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--grid", type=Path, help="a JSON grid: {threshold: [values]}, optionally 'objective'")
     p.add_argument("--thresholds", help="JSON overrides to score as they are, without a search")
     p.add_argument("--base", help="JSON overrides every threshold set starts from (kept by the search)")
-    p.add_argument(
+    learn = p.add_mutually_exclusive_group()
+    learn.add_argument(
         "--learn",
         type=float,
         metavar="MULTIPLE",
-        help="each family learns its level thresholds from its healthy best runs, MULTIPLE x their peaks "
-        "(the service's learn_thresholds with learn_multiple MULTIPLE)",
+        default=DEFAULT_THRESHOLDS["learn_multiple"] if LEARN_BY_DEFAULT else None,
+        help="each family learns its level thresholds from its healthy best runs, MULTIPLE x their peaks, as a "
+        "service group with learn_thresholds does (default: the service's, learn_multiple "
+        f"{DEFAULT_THRESHOLDS['learn_multiple']:g}, {'on' if LEARN_BY_DEFAULT else 'off'} by default)",
+    )
+    learn.add_argument(
+        "--no-learn", dest="learn", action="store_const", const=None, help="no learning: every run a group's first"
     )
     args = p.parse_args(argv)
     try:

@@ -70,7 +70,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     # z_growth: sustained climb of ln(value) over a window of logged points
     "growth_window": 16,
     "growth_min_points": 8,
-    "growth_factor": 4.0,
+    "growth_factor": 8.0,
     "attention_z_growth_floor": 50.0,
     "attention_lse_max_growth_floor": 10.0,
     "output_z_growth_floor": 150.0,
@@ -98,14 +98,15 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     # learned thresholds (monitor.detect.learned; on per group with learn_thresholds): a growth floor or
     # the logit ceiling becomes learn_multiple x the highest peak of its metric over the group's finished
     # healthy runs when that is above the default, once there are learn_min_runs of them
-    "learn_multiple": 3.0,
+    "learn_multiple": 2.0,
     "learn_min_runs": 2,
     # a finished run is learned from only when its final loss is within this many nats of the group's best
     "learn_loss_margin": 0.05,
 }
 
-LEARN_BY_DEFAULT = False
-"""Whether a group that never set ``learn_thresholds`` learns (off until the benchmark decides)."""
+LEARN_BY_DEFAULT = True
+"""Whether a group that never set ``learn_thresholds`` learns (on: the family benchmark's false alarms on left-out
+families fell with it, bench/README_early_warning.md)."""
 
 GROWTH_METRICS = ("attention_z", "attention_lse_max", "output_z", "router_z", "attention_rms", "mlp_rms")
 SIGMA_SPIKE_METRICS = {"loss": "loss_spike", "grad_norm": "grad_norm_spike"}  # metric -> rule (and key prefix)

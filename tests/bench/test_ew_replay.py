@@ -103,17 +103,20 @@ def test_values_decode_as_the_wire_does() -> None:
         to_columns([["loss", None, 1]])
 
 
+F4 = {"growth_factor": 4.0}  # the growth factor these synthetic climbs were shaped for (the default was 4)
+
+
 def test_replay_at_the_defaults_raises_what_each_run_should() -> None:
     # the LSE's 5.3x climb is a growth (at 36: the fitted rise of 9 points passes ln 4, above the floor 10);
     # it settles at 16, under the ceiling 50: nothing more
-    assert alerts_at(HEALTHY_LSE) == [("z_growth", 36, "attention_lse_max", 0)]
+    assert alerts_at(HEALTHY_LSE, F4) == [("z_growth", 36, "attention_lse_max", 0)]
     # attention Z: a growth once above its floor 50 (step 36), the ceiling 50^2 passed at 112 (10 e^{5.6} = 2704)
-    z = alerts_at(Z_CLIMB)
+    z = alerts_at(Z_CLIMB, F4)
     assert ("z_growth", 36, "attention_z", 0) in z and ("logit_ceiling", 112, "attention_z", 0) in z
     assert min(a[1] for a in z) == 36 and {a[3] for a in z} == {0}
     assert alerts_at(NAN_LOSS)[:2] == [("nan_loss", 100, "loss", None), ("nan_loss", 101, "loss", None)]
     assert alerts_at(PRE_FAULT) == [("logit_ceiling", 40, "attention_lse_max", 0)]  # once per crossing
-    assert alerts_at(HEALTHY_LSE, {"attention_lse_max_growth_floor": 20}) == []
+    assert alerts_at(HEALTHY_LSE, {**F4, "attention_lse_max_growth_floor": 20}) == []
 
 
 @pytest.fixture
@@ -228,6 +231,6 @@ def test_threshold_gauges_are_read_and_rewritten() -> None:
 def test_compare_recorded_names_what_differs() -> None:
     trace = RunTrace(cols_of(PRE_FAULT))
     stored = [{"rule": "logit_ceiling", "severity": "critical", "step": 40, "name": "attention_lse_max", "layer": 0}]
-    assert compare_recorded(trace, SCRAPES, stored) == ({}, set(), set())
+    assert compare_recorded(trace, SCRAPES, stored) == (F4, set(), set())  # the recording ran at factor 4
     over, only_service, only_replay = compare_recorded(trace, {}, [*stored, {**stored[0], "step": 44}])
     assert (over, only_replay) == ({}, set()) and only_service == {("logit_ceiling", 44, "attention_lse_max", 0)}

@@ -28,6 +28,7 @@ from hyperwatch.monitor.api.batch_body import exact_batch, fast_batch, read_batc
 from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.schemas import IngestOut
 from hyperwatch.monitor.store import SqlStore
+from hyperwatch.monitor.store.entities import GroupThresholds
 from hyperwatch.monitor.store.models import RUN_LEVEL_LAYER, hot_relation
 from hyperwatch.monitor.store.points import point_rows
 from tests.monitor.conftest import AUTH, create_run
@@ -269,9 +270,14 @@ def test_ingest_reads_the_thresholds_find_run_and_get_group_read(store: SqlStore
     seen: list[tuple[int, object]] = []
 
     def target(name: str) -> tuple[int, object]:
+        """(run id, the group's thresholds) the detector was given (with the group's learning settings)."""
         seen.clear()
         store.ingest_named("p", name, uuid.uuid4().hex, [Point("loss", 0, 1.0)], lambda r, t: seen.append((r, t)))
-        return seen[0]
+        run_id, settings = seen[0]
+        if settings is None:
+            return run_id, None
+        assert isinstance(settings, GroupThresholds) and settings.learn_thresholds is None and settings.learned is None
+        return run_id, settings.thresholds
 
     for run in (grouped, alone):
         want = store.get_group(run.group_id).thresholds if run.group_id is not None else None

@@ -23,7 +23,12 @@ from hyperwatch.monitor.store.entities import GroupThresholds, RunHealth
 from tests.monitor.conftest import AUTH, create_run, post_points
 
 LIMIT = DEFAULT_THRESHOLDS["attention_lse_max_limit"]
-MULTIPLE = DEFAULT_THRESHOLDS["learn_multiple"]
+MULTIPLE = 3.0  # the groups here set learn_multiple 3: the figures below are the mechanism's, not the default's
+
+
+def _g(overrides: dict[str, Any], on: bool | None, learned: dict[str, Any] | None) -> GroupThresholds:
+    """A group's settings with learn_multiple at MULTIPLE unless ``overrides`` set it."""
+    return GroupThresholds({"learn_multiple": MULTIPLE, **overrides}, on, learned)
 
 
 def _runs() -> tuple[list[RunHealth], dict[tuple[int, str], float]]:
@@ -61,7 +66,7 @@ def test_defaults_overrides_and_learned_values_each_say_where_they_came_from() -
     assert learned["runs"] == ["a", "b", "f"]
     assert set(learned["excluded"]) == {"c", "d", "g"}  # e is not finished: not listed
     overrides = {"attention_z_growth_floor": 70.0, "growth_factor": 3.0}
-    rows = _rows(GroupThresholds(overrides, True, learned))
+    rows = _rows(_g(overrides, True, learned))
     assert set(rows) == set(DEFAULT_THRESHOLDS)
     z = rows["attention_z_growth_floor"]
     assert (z.source, z.value) == ("override", 70.0)  # the override beats the learned 90
@@ -81,7 +86,7 @@ def test_defaults_overrides_and_learned_values_each_say_where_they_came_from() -
     assert rows["spike_window"].source == "default" and rows["spike_window"].detail == ""
     for r in rows.values():
         assert r.source == "override" or r.value >= r.default
-    values = effective_thresholds(GroupThresholds(overrides, True, learned))
+    values = effective_thresholds(_g(overrides, True, learned))
     assert {k: values[k] for k in rows} == {k: r.value for k, r in rows.items()}
 
 
@@ -117,21 +122,22 @@ def test_a_run_is_judged_healthy_by_its_loss_not_by_the_indicator_rules_learning
 def test_too_few_healthy_runs_learning_off_or_no_group_give_the_defaults() -> None:
     learned = learn(*_runs())
     for group in (
-        GroupThresholds({"learn_min_runs": 4}, True, learned),  # 3 healthy runs
-        GroupThresholds({}, False, learned),
-        GroupThresholds({}, None, learned),  # unset: the service's default, off
-        GroupThresholds({}, True, None),  # on, nothing read yet
+        _g({"learn_min_runs": 4}, True, learned),  # 3 healthy runs
+        _g({}, False, learned),
+        _g({}, True, None),  # on, nothing read yet
         None,
     ):
         rows = _rows(group)
         assert all(rows[k].source == "default" and rows[k].value == rows[k].default for k in LEARNED_FROM), group
         values = effective_thresholds(group)
         assert {k: values[k] for k in LEARNED_FROM} == {k: DEFAULT_THRESHOLDS[k] for k in LEARNED_FROM}
-    few = _rows(GroupThresholds({"learn_min_runs": 4}, True, learned))["attention_z_growth_floor"].detail
+    few = _rows(_g({"learn_min_runs": 4}, True, learned))["attention_z_growth_floor"].detail
     assert "3 finished healthy runs" in few and "learn_min_runs is 4" in few and "c (a warning loss_spike" in few
-    assert "learning is off" in _rows(GroupThresholds({}, False, learned))["attention_z_growth_floor"].detail
+    assert "learning is off" in _rows(_g({}, False, learned))["attention_z_growth_floor"].detail
+    # a group that never set learn_thresholds learns (the service's default, LEARN_BY_DEFAULT)
+    assert _rows(_g({}, None, learned))["attention_z_growth_floor"].source == "learned"
     lone = learn([RunHealth(1, "a", "finished", 2.0)], {(1, "attention_z"): 40.0})
-    assert _rows(GroupThresholds({}, True, lone))["attention_z_growth_floor"].source == "default"  # 1 < 2 runs
+    assert _rows(_g({}, True, lone))["attention_z_growth_floor"].source == "default"  # 1 < 2 runs
     more = _rows(GroupThresholds({"learn_multiple": 5}, True, learned))["attention_z_growth_floor"]
     assert (more.source, more.value) == ("learned", 150.0)
 
@@ -160,7 +166,8 @@ def _run(
 
 
 def _family(client: TestClient, learn_on: bool = True) -> int:
-    r = client.post("/api/v1/groups", json={"name": "fam", "learn_thresholds": learn_on}, headers=AUTH)
+    body = {"name": "fam", "learn_thresholds": learn_on, "thresholds": {"learn_multiple": MULTIPLE}}
+    r = client.post("/api/v1/groups", json=body, headers=AUTH)
     assert r.status_code == 201 and r.json()["learn_thresholds"] is learn_on, r.text
     gid = int(r.json()["id"])
     _run(client, "h1", "fam", 18.0)
@@ -178,7 +185,8 @@ def _thresholds(client: TestClient, gid: int) -> dict[str, dict[str, Any]]:
 
 def test_the_route_lists_every_threshold_with_its_source(client: TestClient) -> None:
     gid = _family(client)
-    r = client.patch(f"/api/v1/groups/{gid}", json={"thresholds": {"growth_factor": 3}}, headers=AUTH)
+    body = {"thresholds": {"growth_factor": 3, "learn_multiple": MULTIPLE}}
+    r = client.patch(f"/api/v1/groups/{gid}", json=body, headers=AUTH)
     assert r.status_code == 200, r.text
     rows = _thresholds(client, gid)
     assert set(rows) == set(DEFAULT_THRESHOLDS)
@@ -195,6 +203,7 @@ def test_the_route_lists_every_threshold_with_its_source(client: TestClient) -> 
     assert _thresholds(client, gid)["attention_lse_max_limit"]["source"] == "default"
     assert client.patch(f"/api/v1/groups/{gid}", json={"learn_thresholds": None}, headers=AUTH).status_code == 200
     assert client.get(f"/api/v1/groups/{gid}").json()["learn_thresholds"] is None
+    assert _thresholds(client, gid)["attention_lse_max_limit"]["source"] == "learned"  # unset: learning by default
 
 
 def test_a_run_that_finishes_or_stops_being_finished_changes_what_is_learned(client: TestClient) -> None:
@@ -215,10 +224,10 @@ def test_detectors_and_exported_gauges_use_the_learned_ceiling_and_floor(client:
         post_points(client, name, [{"name": "attention_lse_max.h0", "layer": 0, "step": 1, "value": 55.0}])
     fired = {a["run"] for a in client.get("/api/v1/alerts", params={"rule": "logit_ceiling"}).json()}
     assert fired == {"alone", "blew-up"}  # not "new": its group learned a ceiling of 60
-    # a climb of attention Z from 15 to 65 over 16 logged points: past the default floor of 50, below
-    # the floor of 3 x 23 = 69 learned from h1 and h2
+    # a climb of attention Z from 7 to 65 over 16 logged points (9.3x, past the growth factor): past the
+    # default floor of 50, below the floor of 3 x 23 = 69 learned from h1 and h2
     for step in range(2, 18):
-        z = 15.0 * (65.0 / 15.0) ** ((step - 2) / 15)
+        z = 7.0 * (65.0 / 7.0) ** ((step - 2) / 15)
         for name in ("new", "alone"):
             post_points(client, name, [{"name": "attention_z", "layer": 0, "step": step, "value": z}])
     fired = {a["run"] for a in client.get("/api/v1/alerts", params={"rule": "z_growth"}).json()}
@@ -231,7 +240,9 @@ def test_detectors_and_exported_gauges_use_the_learned_ceiling_and_floor(client:
 
 def test_without_learning_the_same_runs_change_nothing(client: TestClient) -> None:
     gid = _family(client, learn_on=False)
-    assert all(row["source"] == "default" for row in _thresholds(client, gid).values())
+    rows = _thresholds(client, gid)
+    assert rows.pop("learn_multiple")["source"] == "override"
+    assert all(row["source"] == "default" for row in rows.values())
     create_run(client, "new", group="fam")
     post_points(client, "new", [{"name": "attention_lse_max.h0", "layer": 0, "step": 1, "value": 55.0}])
     fired = {a["run"] for a in client.get("/api/v1/alerts", params={"rule": "logit_ceiling"}).json()}
