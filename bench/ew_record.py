@@ -33,6 +33,7 @@ import argparse
 import hashlib
 import json
 import math
+import shutil
 import sys
 import tempfile
 import time
@@ -277,6 +278,14 @@ def record(args: argparse.Namespace) -> int:
     runs_dir.mkdir(parents=True, exist_ok=True)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="hyperwatch-ewf-"))
     work.mkdir(parents=True, exist_ok=True)
+    # a service of an earlier recording would resume its runs of the same names (their points and alerts)
+    # and run files left in the folder would be scored with this recording's
+    stale = [work / f"hyperwatch.db{tail}" for tail in ("", "-wal", "-shm")] + [work / "spool"]
+    stale += sorted(runs_dir.glob("*.json"))
+    for path in (p for p in stale if p.exists()):
+        if path.suffix != ".json":
+            print(f"ew_record: removing {path} (an earlier recording's)", flush=True)
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
     print(f"ew_record: {len(specs)} runs, {args.jobs} jobs, data sha256 {fingerprint}, work {work}", flush=True)
     t0 = time.perf_counter()
     summaries: list[dict[str, Any]] = []
