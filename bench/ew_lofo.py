@@ -24,7 +24,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +35,9 @@ from ew_learn import family_peaks, learned_over, learning_scorer, loss_rule_warn
 from ew_replay import (  # noqa: E402
     RunTrace,
     compare_recorded,
-    decode_value,
     prom_warnings,
-    to_columns,
 )
+from ew_runs import REQUIRED, InputError, Overrides, Run, check_thresholds, load_dir, load_run  # noqa: E402, F401
 from ew_truth import (  # noqa: E402
     BEST_ARM,
     COUNTS,
@@ -55,7 +53,6 @@ from ew_truth import (  # noqa: E402
     summarize,
 )
 
-from hyperwatch.hooks.columns import PointColumns  # noqa: E402
 from hyperwatch.monitor.detect.defaults import DEFAULT_THRESHOLDS, LEARN_BY_DEFAULT  # noqa: E402
 
 RULES = ROOT / "prometheus" / "rules.yml"
@@ -77,88 +74,6 @@ GRID: dict[str, list[float]] = {
 }
 OBJECTIVE: dict[str, float] = {"missed": 1.0, "late": 1.0, "false_alarms": 3.0, "pre_fault": 3.0}
 MAX_PASSES = 3
-REQUIRED = ("name", "family", "arm", "seed", "steps", "onset", "reference", "fault", "losses", "logged_steps",
-            "batches", "scrapes", "service_alerts")  # fmt: skip
-Overrides = dict[str, float]
-
-
-class InputError(Exception):
-    """Bad input: the CLI exits 2 with the message."""
-
-
-@dataclass
-class Run:
-    name: str
-    family: str
-    arm: str
-    seed: int
-    steps: int
-    onset: int | None
-    reference: bool
-    fault: str | None
-    losses: list[float]
-    logged_steps: list[int]
-    batches: list[PointColumns]
-    scrapes: dict[str, list[float | None]]
-    service_alerts: list[dict[str, Any]]
-    trace: RunTrace | None = field(default=None, repr=False)
-
-
-def load_run(path: Path) -> Run:
-    """One recorded run; InputError naming the file and the field."""
-    fix = "re-record it with bench/ew_record.py"
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not readable JSON ({exc}): {fix}") from exc
-    if not isinstance(doc, dict):
-        raise InputError(f"{path}: a run file holds one JSON object: {fix}")
-    missing = [k for k in REQUIRED if k not in doc]
-    if missing:
-        raise InputError(f"{path}: missing field(s) {', '.join(missing)}: {fix}")
-    try:
-        return Run(
-            name=str(doc["name"]),
-            family=str(doc["family"]),
-            arm=str(doc["arm"]),
-            seed=int(doc["seed"]),
-            steps=int(doc["steps"]),
-            onset=None if doc["onset"] is None else int(doc["onset"]),
-            reference=bool(doc["reference"]),
-            fault=doc["fault"],
-            losses=[decode_value(v) for v in doc["losses"]],
-            logged_steps=[int(s) for s in doc["logged_steps"]],
-            batches=[to_columns(b) for b in doc["batches"]],
-            scrapes=dict(doc["scrapes"]),
-            service_alerts=list(doc["service_alerts"]),
-        )
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{path}: a field has the wrong type ({exc}): {fix}") from exc
-
-
-def load_dir(d: Path) -> list[Run]:
-    folder = d / "runs"
-    if not folder.is_dir():
-        raise InputError(f"{d}: no runs/ folder: give the folder bench/ew_record.py wrote (DIR/runs/<name>.json)")
-    files = sorted(folder.glob("*.json"))
-    if not files:
-        raise InputError(f"{folder}: no run files (*.json): record them with bench/ew_record.py")
-    runs = [load_run(p) for p in files]
-    names = [r.name for r in runs]
-    if len(set(names)) != len(names):
-        raise InputError(f"{folder}: two run files share a name: each run's 'name' must be unique")
-    return runs
-
-
-def check_thresholds(over: Any, where: str) -> Overrides:
-    if not isinstance(over, dict):
-        raise InputError(f"{where}: a JSON object of threshold name -> value")
-    for k, v in over.items():
-        if k not in DEFAULT_THRESHOLDS:
-            raise InputError(f"{where}: unknown threshold {k!r}; known: {', '.join(DEFAULT_THRESHOLDS)}")
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise InputError(f"{where}: {k}: a number, got {v!r}")
-    return {k: float(v) for k, v in over.items()}
 
 
 def load_grid(path: Path) -> tuple[dict[str, list[float]], dict[str, float]]:
@@ -394,7 +309,10 @@ def report(
     )
     lines = _source_tables("service", service, weights, fixed)
     if fixed is None:
-        lines.append("thresholds chosen without each family (coordinate-wise search, from the defaults):")
+        start = f"from {format_over(args.base)}" if args.base else "from the defaults"
+        lines.append(
+            f"thresholds chosen without each family (coordinate-wise search {start}; shown where not the default):"
+        )
         lines += [f"  {f:12s} {format_over(fold['thresholds'])}" for f, fold in folds.items()]
         lines.append(f"  {'in-sample':12s} {format_over(chosen)}")
     print("\n".join(lines))
