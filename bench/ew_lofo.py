@@ -37,7 +37,16 @@ from ew_replay import (  # noqa: E402
     compare_recorded,
     prom_warnings,
 )
-from ew_runs import REQUIRED, InputError, Overrides, Run, check_thresholds, load_dir, load_run  # noqa: E402, F401
+from ew_runs import (  # noqa: E402, F401
+    REQUIRED,
+    InputError,
+    Overrides,
+    Run,
+    check_thresholds,
+    load_dir,
+    load_run,
+    read_object,
+)
 from ew_truth import (  # noqa: E402
     BEST_ARM,
     COUNTS,
@@ -78,12 +87,7 @@ MAX_PASSES = 3
 
 def load_grid(path: Path) -> tuple[dict[str, list[float]], dict[str, float]]:
     """A grid file: ``{threshold: [values], ...}``, optionally ``"objective": {count: weight}``."""
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"--grid {path}: not readable JSON ({exc})") from exc
-    if not isinstance(doc, dict):
-        raise InputError(f"--grid {path}: a JSON object of threshold name -> list of values")
+    doc = read_object(path, f"--grid {path}", "a JSON object of threshold name -> list of values")
     objective = doc.pop("objective", OBJECTIVE)
     if not isinstance(objective, dict) or any(k not in COUNTS for k in objective):
         raise InputError(f"--grid {path}: objective: an object of count -> weight, counts among {', '.join(COUNTS)}")

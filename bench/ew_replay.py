@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -124,21 +124,30 @@ def _sorted(alerts: list[Fired]) -> list[Fired]:
     return sorted(alerts, key=lambda a: (a[2], a[0], a[3], -1 if a[4] is None else a[4], a[1]))
 
 
-def replay(batches: Sequence[PointColumns], thresholds: dict[str, Any] | None = None) -> list[Fired]:
-    """Every alert the service raises on these batches at these thresholds (overrides of the
-    defaults), once per (rule, name, layer, step), sorted by step."""
+def _replayed(
+    batches: Sequence[PointColumns], thresholds: dict[str, Any] | None
+) -> Iterator[tuple[int, PointColumns, MemoryReader, list[Fired]]]:
+    """The ingest route's order, batch by batch: (index, the batch as stored, the reader holding it and
+    every batch before, the alerts :func:`detect` raises on it not raised before for the same
+    (rule, name, layer, step))."""
     reader = MemoryReader()
     seen: set[tuple[str, str, int | None, int]] = set()
-    out: list[Fired] = []
-    for raw in batches:
+    for b, raw in enumerate(batches):
         cols = last_per_key(raw)
         reader.store(cols)
+        new: list[Fired] = []
         for a in detect(reader, RUN_ID, cols, thresholds):
             key = (a.rule, a.name, a.layer, a.step)
             if key not in seen:
                 seen.add(key)
-                out.append((a.rule, a.severity, a.step, a.name, a.layer))
-    return _sorted(out)
+                new.append((a.rule, a.severity, a.step, a.name, a.layer))
+        yield b, cols, reader, new
+
+
+def replay(batches: Sequence[PointColumns], thresholds: dict[str, Any] | None = None) -> list[Fired]:
+    """Every alert the service raises on these batches at these thresholds (overrides of the
+    defaults), once per (rule, name, layer, step), sorted by step."""
+    return _sorted([a for _b, _cols, _reader, new in _replayed(batches, thresholds) for a in new])
 
 
 def _series(cols: PointColumns, wanted: np.ndarray) -> dict[SeriesKey, list[tuple[int, float]]]:
@@ -162,23 +171,15 @@ class RunTrace:
         self.batches = list(batches)
         self.base = thresholds_for(base)
         n, need = int(self.base["growth_window"]), max(2, int(self.base["growth_min_points"]))
-        reader = MemoryReader()
         # the rules but these two at the base: the same detect() with no series above an infinite limit
         quiet = {**self.base, **{k: math.inf for k in FAST_KEYS if k != "growth_info_fraction"}}
         fits: dict[tuple[tuple[int, float], ...], float] = {}  # a window's fitted rise (batches share windows)
         fixed: list[tuple[int, Fired]] = []
-        seen: set[tuple[str, str, int | None, int]] = set()
         ceil: list[tuple[int, int, float, float, bool, str, int | None]] = []
         grow: list[tuple[int, int, float, float, bool, float, float, bool, int, str, int | None]] = []
         metric = {m: i for i, m in enumerate(GROWTH_METRICS)}
-        for b, raw in enumerate(self.batches):
-            cols = last_per_key(raw)
-            reader.store(cols)
-            for a in detect(reader, RUN_ID, cols, quiet):
-                key = (a.rule, a.name, a.layer, a.step)
-                if key not in seen:
-                    seen.add(key)
-                    fixed.append((b, (a.rule, a.severity, a.step, a.name, a.layer)))
+        for b, cols, reader, new in _replayed(self.batches, quiet):
+            fixed += [(b, a) for a in new]
             is_ceil = np.array([nm == "attention_z" or base_name(nm) == "attention_lse_max" for nm in cols.names])
             series = _series(cols, is_ceil) if len(cols) else {}
             heads = _head_steps(cols) if any(nm == "attention_lse_max" for nm, _ in series) else set()

@@ -43,15 +43,21 @@ class Run:
     trace: RunTrace | None = field(default=None, repr=False)
 
 
-def load_run(path: Path) -> Run:
-    """One recorded run; InputError naming the file and the field."""
-    fix = "re-record it with bench/ew_record.py"
+def read_object(path: Path, where: str, shape: str) -> dict[str, Any]:
+    """A JSON object from ``path``; InputError starting with ``where`` (unreadable, or not ``shape``)."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not readable JSON ({exc}): {fix}") from exc
+        raise InputError(f"{where}: not readable JSON ({exc})") from exc
     if not isinstance(doc, dict):
-        raise InputError(f"{path}: a run file holds one JSON object: {fix}")
+        raise InputError(f"{where}: {shape}")
+    return doc
+
+
+def load_run(path: Path) -> Run:
+    """One recorded run; InputError naming the file and the field."""
+    fix = "re-record it with bench/ew_record.py"
+    doc = read_object(path, f"{path}", f"a run file holds one JSON object: {fix}")
     missing = [k for k in REQUIRED if k not in doc]
     if missing:
         raise InputError(f"{path}: missing field(s) {', '.join(missing)}: {fix}")
