@@ -46,7 +46,7 @@ def table(driver: Any) -> Any:
 
 def test_group_page_shows_each_threshold_with_its_source(svc: Live, browser: Any, artifacts: Path) -> None:
     c = httpx.Client(base_url=svc.base, headers={"Authorization": f"Bearer {WRITE_TOKEN}"}, timeout=30)
-    body = {"name": "family", "learn_thresholds": True, "thresholds": {"growth_factor": 3}}
+    body = {"name": "family", "learn_thresholds": True, "thresholds": {"growth_factor": 3, "learn_multiple": 3}}
     gid = int(c.post("/api/v1/groups", json=body).json()["id"])
     _healthy_run(c, "small", 18.0)
     _healthy_run(c, "large", 20.0)
@@ -69,7 +69,7 @@ def test_group_page_shows_each_threshold_with_its_source(svc: Live, browser: Any
     assert set(colours) == {"default", "override", "learned"} and all(len(c) == 1 for c in colours.values())
     assert len(set.union(*colours.values())) == 3  # each source drawn its own way
     note = browser.find_element("id", "thresholds-note").text
-    assert note.startswith("Learning on") and "1 overridden, 1 learned" in note
+    assert note.startswith("Learning on") and "2 overridden, 1 learned" in note
     assert console_errors(browser) == []
     browser.execute_script("document.getElementById('thresholds-table').scrollIntoView()")
     screenshot(browser, artifacts / "group-thresholds.png")
