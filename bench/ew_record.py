@@ -51,24 +51,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from ew_families import (  # noqa: E402
-    ARMS,
-    BATCH,
-    DEFAULT_ARMS,
-    FAMILIES,
-    SEQ,
-    STEPS,
-    WIDTH,
-    Spec,
-    build,
-    losses,
-    make_spec,
-    optimizers,
-    prepare_step,
-    sweep,
-)
+from ew_families import BATCH, FAMILIES, SEQ, STEPS, WIDTH, build, losses  # noqa: E402
 from ew_models import batches, stdlib_bytes  # noqa: E402
 from ew_prom import Scrape, parse_scrape, to_columns  # noqa: E402
+from ew_specs import ARMS, DEFAULT_ARMS, Spec, make_spec, optimizers, prepare_step, sweep  # noqa: E402
 
 from hyperwatch import hooks  # noqa: E402
 from hyperwatch.hooks.sinks.base import MemorySink  # noqa: E402

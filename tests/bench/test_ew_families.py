@@ -14,21 +14,9 @@ import torch
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
-from ew_families import (  # noqa: E402
-    ARMS,
-    BEST_LR,
-    FAMILIES,
-    Spec,
-    build,
-    expected_params,
-    losses,
-    make_spec,
-    optimizers,
-    prepare_step,
-    schedule,
-    sweep,
-)
+from ew_families import BEST_LR, FAMILIES, build, expected_params, losses  # noqa: E402
 from ew_record import encode, final_loss, main, train  # noqa: E402
+from ew_specs import ARMS, Spec, make_spec, optimizers, prepare_step, schedule, sweep  # noqa: E402
 
 from hyperwatch import hooks  # noqa: E402
 from hyperwatch.hooks.sinks.base import MemorySink  # noqa: E402
