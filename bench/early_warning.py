@@ -32,8 +32,6 @@ import math
 import sys
 import tempfile
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 from ew_models import RunSpec, batches, build, param_count, stdlib_bytes, z_loss  # noqa: E402
-from ew_prom import PAGING, Scrape, parse_scrape, replay, to_columns  # noqa: E402
+from ew_prom import PAGING, Scrape, replay, scrape, service_alerts, to_columns  # noqa: E402
 from ew_score import (  # noqa: E402
     EFFICIENCY_RULES,
     RunResult,
@@ -105,11 +103,6 @@ def sweep(steps: int, seeds: int, offset: int = 0) -> list[RunSpec]:
     return runs
 
 
-def _get(url: str, timeout: float = 30.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return resp.read()  # type: ignore[no-any-return]
-
-
 def train(
     spec: RunSpec, data: Any, url: str, every: int, seq: int, batch: int, spool: Path, data_seed: int
 ) -> dict[str, Any]:
@@ -153,7 +146,7 @@ def train(
         if step % every == 0:
             t1 = time.perf_counter()
             mon.flush(60)
-            scrapes.append(parse_scrape(_get(f"{url}/metrics").decode(), PROJECT, spec.name))
+            scrapes.append(scrape(url, PROJECT, spec.name))
             logged.append(step)
             waited += time.perf_counter() - t1
         if not math.isfinite(losses[-1]) and nonfinite_at is None:
@@ -173,21 +166,6 @@ def train(
         "seconds": time.perf_counter() - t0,
         "seconds_delivering": waited,
     }
-
-
-def service_alerts(url: str) -> dict[str, list[dict[str, Any]]]:
-    """Every stored alert of the project, per run name (paged through ``GET /api/v1/alerts``)."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    offset = 0
-    while True:
-        q = urllib.parse.urlencode({"project": PROJECT, "limit": 1000, "offset": offset})
-        page = json.loads(_get(f"{url}/api/v1/alerts?{q}"))
-        for a in page:
-            if a.get("source", "service") == "service":
-                out.setdefault(a["run"], []).append(a)
-        if len(page) < 1000:
-            return out
-        offset += len(page)
 
 
 def first_by_rule(steps_by_rule: dict[str, list[int]]) -> dict[str, int]:
@@ -244,7 +222,7 @@ def main() -> int:
                 f"{rec['losses'][-1]:.3f}, {rec['seconds']:.1f} s ({rec['seconds_delivering']:.1f} s delivering)",
                 flush=True,
             )
-        alerts = service_alerts(svc.url)
+        alerts = service_alerts(svc.url, PROJECT)
     fired = replay({n: r["scrapes"] for n, r in recorded.items()}, RULES, work / "promtool")
     results: list[RunResult] = []
     for spec in specs:

@@ -11,10 +11,13 @@ meaningless in the replay: the stale-run rule never fires here).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shutil
 import subprocess
+import urllib.parse
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,33 @@ def parse_scrape(text: str, project: str, run: str) -> Scrape:
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
             out[f"{s.name}{{{labels}}}"] = float(s.value)
     return out
+
+
+def fetch(url: str, timeout: float = 30.0) -> bytes:
+    """The body of a GET (a benchmark's read of its own service)."""
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return resp.read()  # type: ignore[no-any-return]
+
+
+def scrape(url: str, project: str, run: str) -> Scrape:
+    """The run's gauges from the service's ``/metrics`` now."""
+    return parse_scrape(fetch(f"{url}/metrics").decode(), project, run)
+
+
+def service_alerts(url: str, project: str) -> dict[str, list[dict[str, Any]]]:
+    """Every alert the service's own detectors stored for the project, per run name (paged through
+    ``GET /api/v1/alerts``; Prometheus' alerts, which reach the service too, left out)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    offset = 0
+    while True:
+        q = urllib.parse.urlencode({"project": project, "limit": 1000, "offset": offset})
+        page = json.loads(fetch(f"{url}/api/v1/alerts?{q}"))
+        for a in page:
+            if a.get("source", "service") == "service":
+                out.setdefault(a["run"], []).append(a)
+        if len(page) < 1000:
+            return out
+        offset += len(page)
 
 
 def to_columns(scrapes: Sequence[Scrape]) -> dict[str, list[float | None]]:

@@ -37,8 +37,6 @@ import shutil
 import sys
 import tempfile
 import time
-import urllib.parse
-import urllib.request
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from multiprocessing import get_context
@@ -53,7 +51,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from ew_families import BATCH, FAMILIES, SEQ, STEPS, WIDTH, build, losses  # noqa: E402
 from ew_models import batches, stdlib_bytes  # noqa: E402
-from ew_prom import Scrape, parse_scrape, to_columns  # noqa: E402
+from ew_prom import Scrape, scrape, service_alerts, to_columns  # noqa: E402
 from ew_specs import ARMS, DEFAULT_ARMS, Spec, make_spec, optimizers, prepare_step, sweep  # noqa: E402
 
 from hyperwatch import hooks  # noqa: E402
@@ -80,11 +78,6 @@ def final_loss(values: list[float]) -> float:
     """Mean of the last ``TAIL`` of the per-step losses (NaN when any of them is not finite)."""
     tail = values[-max(1, round(TAIL * len(values))) :]
     return sum(tail) / len(tail)
-
-
-def _get(url: str, timeout: float = 30.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return resp.read()  # type: ignore[no-any-return]
 
 
 def _grad_norm(params: list[torch.nn.Parameter], clip: float | None) -> torch.Tensor:
@@ -131,7 +124,7 @@ def train(
         if mon is not None and logged_step:
             mon.flush(60)
             assert url is not None
-            scrapes.append(parse_scrape(_get(f"{url}/metrics").decode(), PROJECT, spec.name))
+            scrapes.append(scrape(url, PROJECT, spec.name))
             logged.append(step)
         if not math.isfinite(trained[-1]) and nonfinite_at is None:
             nonfinite_at = step
@@ -179,20 +172,13 @@ def _loss_only(spec: Spec) -> float:
     return final_loss([float(v) for v in train(spec, _data)["losses"]])
 
 
-def service_alerts(url: str) -> dict[str, list[dict[str, Any]]]:
-    """Every stored service alert of the project, per run (paged through ``GET /api/v1/alerts``)."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    offset = 0
-    while True:
-        q = urllib.parse.urlencode({"project": PROJECT, "limit": 1000, "offset": offset})
-        page = json.loads(_get(f"{url}/api/v1/alerts?{q}"))
-        for a in page:
-            if a.get("source", "service") == "service":
-                keep = {k: a[k] for k in ("rule", "severity", "step", "name", "layer")}
-                out.setdefault(a["run"], []).append(keep)
-        if len(page) < 1000:
-            break
-        offset += len(page)
+def stored_alerts(url: str) -> dict[str, list[dict[str, Any]]]:
+    """Per run, the service's stored alerts as a recording keeps them (rule, severity, step, name, layer),
+    in step order."""
+    out = {
+        run: [{k: a[k] for k in ("rule", "severity", "step", "name", "layer")} for a in alerts]
+        for run, alerts in service_alerts(url, PROJECT).items()
+    }
     for alerts in out.values():
         alerts.sort(key=lambda a: (a["step"], a["rule"], a["name"], -1 if a["layer"] is None else a["layer"]))
     return out
@@ -287,7 +273,7 @@ def record(args: argparse.Namespace) -> int:
                     f"{s['seconds']:.1f} s",
                     flush=True,
                 )
-        alerts = service_alerts(svc.url)
+        alerts = stored_alerts(svc.url)
     for spec in specs:
         path = runs_dir / f"{spec.name}.json"
         rec = json.loads(path.read_text())
