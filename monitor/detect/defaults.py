@@ -44,8 +44,12 @@ Values calibrated on ``bench/early_warning.py``'s table (README "Alerts"):
   :data:`LEARN_BY_DEFAULT`): the growth floors and ``attention_lse_max_limit`` become
   ``learn_multiple`` x the highest peak of their metric over the group's finished healthy runs (at
   least ``learn_min_runs`` of them) where that is above the default; never below it.
-- ``z_spike`` (the older rule): a jump over the trailing median by robust deviations. Prometheus
-  applies the same three tests to the max over layers, reading the median and its robust
+- ``growth_factor`` 8 (was 4) and ``z_spike`` as info: the family benchmark (``make bench-ew``,
+  bench/README_families.md), six model families each scored with thresholds chosen without it: every
+  fold chose 8; at 4 a model's attention Z rising tenfold while it learns reads as a climb (no learning:
+  25 false alarms of 68 healthy runs at 4, 14 at 8, 12 with ``z_spike`` as info; 8 with learning).
+- ``z_spike`` (the older rule, info since the family benchmark): a jump over the trailing median by
+  robust deviations. Prometheus applies the same three tests to the max over layers, reading the median and its robust
   deviation from gauges (without the deviation it fired on a healthy MoE's warmup climb).
 """
 
