@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/live.py
 	$(BIN)/python bench/page_open.py
 	$(BIN)/python bench/demo_threads.py
+	$(BIN)/python bench/learn_refresh.py
 	nice -n 10 $(BIN)/python bench/forecast.py
 	nice -n 10 $(BIN)/python bench/early_warning.py --out runs/bench/early_warning.json
 
