@@ -369,7 +369,7 @@ class GroupFields(Strict):
     learn_thresholds: StrictBool | None = Field(
         default=None,
         description="learn the growth floors and the logit ceiling from the group's finished healthy runs "
-        "(GET /api/v1/groups/{id}/thresholds shows them); null: the service's default (off)",
+        "(GET /api/v1/groups/{id}/thresholds shows them); null: the service's default (on)",
     )
 
 
@@ -386,7 +386,7 @@ class GroupOut(BaseModel):
     description: str
     config: dict[str, Any]
     thresholds: dict[str, Any]
-    learn_thresholds: bool | None = Field(default=None, description="null: the service's default (off)")
+    learn_thresholds: bool | None = Field(default=None, description="null: the service's default (on)")
     created_at: datetime
     updated_at: datetime
 

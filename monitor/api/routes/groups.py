@@ -23,9 +23,10 @@ THRESHOLDS_DOC = """Every detector threshold of the group (the keys of `monitor/
 and where it came from:
 
 - `override`: set on the group (`PATCH /api/v1/groups/{id}` with `thresholds`); beats the others;
-- `learned`: the group learns (`learn_thresholds: true`) and its finished healthy runs (status
-  `finished`, a finite last loss, no warning or critical incident of a rule that guards the loss)
-  put it above the default: `learn_multiple` x the highest peak of its metric over those runs, once
+- `learned`: the group learns (`learn_thresholds` true, or unset: learning is on by default) and its
+  finished healthy runs (status `finished`, a finite last loss, no incident of a rule that reads the
+  loss or its gradients, and a final loss within `learn_loss_margin` of the group's best) put it
+  above the default: `learn_multiple` x the highest peak of its metric over those runs, once
   there are `learn_min_runs` of them (growth floors and `attention_lse_max_limit` only; `detail`
   names the peak, its run and the runs learned from);
 - `default`: the service's default (`detail` says why nothing was learned, where learning applies).
