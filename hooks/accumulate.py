@@ -15,6 +15,11 @@ in and returns the region that is all-reduced once across data-parallel ranks (s
 add); :meth:`Accumulator.take` copies the whole buffer to the host once (asynchronously into
 pinned memory on CUDA) and zeroes it; :meth:`Accumulator.unpack` turns the host copy into
 per-layer values. A logged step therefore costs a handful of ops, whatever the number of layers.
+
+Inside a ``torch.compile`` graph a layer is addressed through :class:`Where`, whose positions
+in ``flat`` are device tensors: the traced code reads no per-layer Python number, so dynamo
+does not specialize a block's graph on its layer and every block of one class shares one
+graph (blocks compiled one by one, as torchtitan does, compile once, not once per layer).
 """
 
 from __future__ import annotations
@@ -38,9 +43,34 @@ LOSS, LOSS_N, OUT_Z, OUT_Z_N, GRAD_NORM = range(5)
 N_RUN = 5
 
 
+def _index(layer: int | Where) -> int:
+    return layer.layer if isinstance(layer, Where) else layer
+
+
 def _slices(row: torch.Tensor) -> list[torch.Tensor]:
     """One-element slice views of a 1-D tensor, one per element."""
     return [row[i : i + 1] for i in range(row.shape[0])]
+
+
+class Where:
+    """One layer's positions in :attr:`Accumulator.flat`, as device tensors (made once per layer).
+
+    Probes hold one and hand it to the accumulator. In eager mode the accumulator uses ``layer``
+    (its per-layer views); under ``torch.compile`` it adds through the index tensors, which are
+    graph inputs, never guarded constants (see the module docstring)."""
+
+    def __init__(self, acc: Accumulator, layer: int) -> None:
+        self.layer = layer
+        self.n_experts = acc.n_experts[layer]
+        n_sums, n_exp, width = acc.sums.numel(), acc.experts.numel(), acc.experts.shape[1]
+
+        def span(start: int, n: int) -> torch.Tensor:
+            return torch.arange(start, start + n, dtype=torch.int64, device=acc.device)
+
+        self.sums = span(layer * N_SLOTS, N_SLOTS)
+        self.experts = span(n_sums + layer * width, width)
+        self.counts = span(n_sums + n_exp + layer * N_HOST, N_HOST)
+        self.heads = span(acc.heads_at + layer * heads.MAX_HEADS, heads.MAX_HEADS)
 
 
 @dataclass
@@ -107,47 +137,68 @@ class Accumulator:
         # (attention, mlp) views of the adjacent (sum of squares, outliers) slots of each layer
         self._pair = [(row[ATTN_SQ : ATTN_OUT + 1], row[MLP_SQ : MLP_OUT + 1]) for row in self.sums]
         self._experts = [self.experts[i, :n] for i, n in enumerate(self.n_experts)]
-        self._device_counts = [_slices(row) for row in self._host.view(n_layers, N_HOST)]
         # What the residual receives is scale * (the hooked output), e.g. Granite's residual_multiplier:
         # RMS scales by |scale|, outlier ratios do not change. (layer, 0 attention / 1 mlp)
         self.branch_scale = np.ones((n_layers, 2))
+        self.where = [Where(self, layer) for layer in range(n_layers)]
 
-    def _count(self, layer: int, slot: int, n: int) -> None:
+    def _where(self, layer: int | Where) -> Where:
+        return layer if isinstance(layer, Where) else self.where[layer]
+
+    def _add(self, layer: int | Where, slot: int, value: torch.Tensor, n: int = 1) -> None:
+        """Add ``value`` ((n,) or broadcastable) into slots ``slot .. slot+n-1`` of the layer's row."""
+        if torch.compiler.is_compiling():
+            idx = self._where(layer).sums[slot : slot + n]
+            self.flat.index_add_(0, idx, value.reshape(-1).to(self.flat.dtype).expand(n))
+        elif n == 1:
+            self._slot[_index(layer)][slot].add_(value.reshape(-1))
+        else:
+            self.sums[_index(layer), slot : slot + n].add_(value.reshape(-1))
+
+    def _count(self, layer: int | Where, slot: int, n: int) -> None:
         """Add a shape-derived count: on the host in eager mode (no device op at all); inside a
         ``torch.compile`` graph into the device copy of the same slot (a constant add fused into
         the graph: host state cannot be mutated from compiled code). :meth:`pack` sums the two."""
         if torch.compiler.is_compiling():
-            self._device_counts[layer][slot].add_(n)
+            idx = self._where(layer).counts[slot : slot + 1]
+            self.flat.index_add_(0, idx, torch.full((1,), n, dtype=self.flat.dtype, device=self.flat.device))
         else:
-            self.host_counts[layer, slot] += n
+            self.host_counts[_index(layer), slot] += n
 
     # -- what probes call (on the training thread, inside forward, armed steps only) --
-    def add_attention_lse(self, layer: int, lse: torch.Tensor, every_row_attends: bool = False) -> None:
+    def add_attention_lse(self, layer: int | Where, lse: torch.Tensor, every_row_attends: bool = False) -> None:
         """``every_row_attends``: the LSE comes from causal attention without a mask, so no row can
         be fully masked; its row count then follows from the shape (one reduction, no validity pass)."""
         if every_row_attends:
-            self._slot[layer][ATTN_Z].add_(indicators.lse_square_sum(lse))
+            self._add(layer, ATTN_Z, indicators.lse_square_sum(lse))
             self._count(layer, ATTN_Z_ROWS, lse.numel())
             self.add_head_lse_max(layer, lse)
             return
         total, n = indicators.z_sums(lse)
-        self._slot[layer][ATTN_Z].add_(total)
-        self._slot[layer][ATTN_Z_N].add_(n)
+        self._add(layer, ATTN_Z, total)
+        self._add(layer, ATTN_Z_N, n)
         self.add_head_lse_max(layer, lse)
 
-    def add_head_lse_max(self, layer: int, lse: torch.Tensor) -> None:
+    def add_head_lse_max(self, layer: int | Where, lse: torch.Tensor) -> None:
         """Raise the layer's per-head maxima to this LSE's (``lse``: (..., heads, queries))."""
         per_head = heads.head_lse_max(lse)
-        view = self.heads[layer, : per_head.shape[0]]
-        if torch.compiler.is_compiling():  # out= into a view of a lifted buffer: copy_ is what AOT autograd keeps
-            view.copy_(torch.maximum(view, per_head.to(view.dtype)))
+        if torch.compiler.is_compiling():  # gather, maximum, scatter back: the layer is a tensor index here
+            idx = self._where(layer).heads[: per_head.shape[0]]
+            self.flat.index_copy_(0, idx, torch.maximum(self.flat.index_select(0, idx), per_head.to(self.flat.dtype)))
         else:  # one op: elementwise, so writing into an input is safe; NaN propagates as in torch.maximum
+            view = self.heads[_index(layer), : per_head.shape[0]]
             torch.maximum(view, per_head, out=view)
 
     def add_output_logits(self, logits: torch.Tensor) -> None:
         """Output Z: sum of LSE^2 over the vocabulary of every position, and the positions' count
         (shape-derived; added on the device, a constant add: no synchronization). On CUDA the
         Triton kernel reads the logits once, with no fp32 copy of them."""
+        if torch.compiler.is_compiling():  # slices made in the graph: every write goes to the one lifted ``flat``
+            total, n = heads.output_z_sums(logits)
+            at = self.packed_size
+            self.flat[at + OUT_Z : at + OUT_Z + 1].add_(total)
+            self.flat[at + OUT_Z_N : at + OUT_Z_N + 1].add_(n)
+            return
         if fused.applies(logits):
             fused.add_lse_square_sum_(self.run[OUT_Z], logits)
             n = logits.numel() // max(1, logits.shape[-1])
@@ -156,42 +207,51 @@ class Accumulator:
             self.run[OUT_Z].add_(total)
         self.run[OUT_Z_N].add_(n)
 
-    def add_router_logits(self, layer: int, logits: torch.Tensor) -> None:
+    def add_router_logits(self, layer: int | Where, logits: torch.Tensor) -> None:
         """Router Z: every token has a softmax over all its logits, so the row count is the shape's
         (a token whose logits are all -inf has LSE^2 = +inf: a diverged router, reported as such)."""
         lse = indicators.router_lse(logits)
-        self._slot[layer][ROUTER_Z].add_(lse.square().sum())
+        self._add(layer, ROUTER_Z, lse.square().sum())
         self._count(layer, ROUTER_Z_ROWS, lse.numel())
 
-    def add_branch(self, layer: int, branch: str, output: torch.Tensor) -> None:
+    def add_branch(self, layer: int | Where, branch: str, output: torch.Tensor) -> None:
         """Sum of squares and outlier count of a branch output, added into two adjacent slots: by
         the fused kernel (one read of ``output``) where it applies, else by the torch formula."""
         attention = branch == "attention"
-        pair = self._pair[layer][0 if attention else 1]
-        if fused.applies(output):
-            fused.add_branch_sums_(pair, output)
+        slot = ATTN_SQ if attention else MLP_SQ
+        if torch.compiler.is_compiling():
+            self._add(layer, slot, indicators.branch_sums(output.detach()), n=2)
         else:
-            indicators.add_branch_sums_(pair, output)
+            pair = self._pair[_index(layer)][0 if attention else 1]
+            if fused.applies(output):
+                fused.add_branch_sums_(pair, output)
+            else:
+                indicators.add_branch_sums_(pair, output)
         self._count(layer, ATTN_ELEMS if attention else MLP_ELEMS, output.numel())
 
-    def add_branch_totals(self, layer: int, branch: str, sums: torch.Tensor, elements: int) -> None:
+    def add_branch_totals(self, layer: int | Where, branch: str, sums: torch.Tensor, elements: int) -> None:
         """Sums already taken (sum of squares, outliers: :func:`hooks.indicators.branch_sums`) of
         ``elements`` branch-output elements, e.g. by the discovery trace."""
         attention = branch == "attention"
-        self._pair[layer][0 if attention else 1].add_(sums)
+        self._add(layer, ATTN_SQ if attention else MLP_SQ, sums, n=2)
         self._count(layer, ATTN_ELEMS if attention else MLP_ELEMS, elements)
 
-    def add_attention_z_totals(self, layer: int, z: torch.Tensor) -> None:
+    def add_attention_z_totals(self, layer: int | Where, z: torch.Tensor) -> None:
         """(sum of LSE^2, rows with a softmax) already taken (:func:`hooks.indicators.z_sums`)."""
-        self._slot[layer][ATTN_Z].add_(z[0:1])
-        self._slot[layer][ATTN_Z_N].add_(z[1:2])
+        self._add(layer, ATTN_Z, z[0:1])
+        self._add(layer, ATTN_Z_N, z[1:2])
 
-    def add_expert_counts(self, layer: int, counts: torch.Tensor) -> None:
-        n = self.n_experts[layer]
-        self._experts[layer].add_(counts if counts.numel() == n else counts[:n])
+    def add_expert_counts(self, layer: int | Where, counts: torch.Tensor) -> None:
+        where = self._where(layer)
+        n = where.n_experts
+        counts = counts if counts.numel() == n else counts[:n]
+        if torch.compiler.is_compiling():
+            self.flat.index_add_(0, where.experts[:n], counts.to(self.flat.dtype))
+        else:
+            self._experts[where.layer].add_(counts)
 
-    def add_aux_loss(self, layer: int, aux: torch.Tensor) -> None:
-        self._slot[layer][AUX].add_(aux.detach().reshape(1))
+    def add_aux_loss(self, layer: int | Where, aux: torch.Tensor) -> None:
+        self._add(layer, AUX, aux.detach())
         self._count(layer, AUX_N, 1)
 
     # -- once per logged step --

@@ -14,8 +14,10 @@ norms, parallel blocks and encoder-decoder stacks all come out of the same rule.
 What is discovered replaces the adapter's guesses by name; globs given to ``hooks.attach`` still
 override. The traced forward itself is measured: the tracer keeps the sums of every module output
 inside the blocks and books them to the branches it finds, so the first logged step has its
-values. Under ``torch.compile`` (a forward that is being traced by dynamo) nothing is discovered:
-the adapter's plan by names stays, as before.
+values. A compiled model's first logged step runs eagerly for the trace (:mod:`hooks.compiled`),
+so discovery works whatever the order of compile and attach; only where no stance can make the
+forward eager (a forward being traced by dynamo) is nothing discovered, and the adapter's plan by
+names stays.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from hyperwatch.hooks import compiled
 from hyperwatch.hooks.accumulate import Accumulator
 from hyperwatch.hooks.adapters import ROUTER_NAMES, LayerSpec, ModelPlan, branch_gaps, child_named, router_size
 from hyperwatch.hooks.intercept import guarded
@@ -67,6 +70,7 @@ class DiscoveryProbe(Probe):
         self.top: nn.Module | None = None  # the module whose forward is traced
         self._module_handles: list[RemovableHandle] = []
         self.finished = False
+        self.skipped = False  # a logged forward was compiled and could not be traced
 
     def register(self) -> list[RemovableHandle]:
         """Hooks on the model and on every module above its blocks: the outermost one that is called
@@ -79,10 +83,13 @@ class DiscoveryProbe(Probe):
         return handles
 
     def _pre(self, module: nn.Module, args: Any) -> None:
-        if self.finished or self.tracer is not None or torch.compiler.is_compiling() or self.gate.compiled:
+        if self.finished or self.tracer is not None or not self.live():
             return
-        if not self.live():
+        if torch.compiler.is_compiling():  # no stance made this forward eager: the plan by names stays
+            self.skipped = True
             return
+        if compiled.is_compiled(self.model) or compiled.entered_through_compile():
+            self.gate.compiled = True  # the hooks discovery installs must stay for the compiled graphs
         self.top = module
         self.guard(self._start)
 

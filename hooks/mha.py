@@ -153,7 +153,7 @@ class MhaProbe(Probe):
     def _measure(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         with torch.no_grad():
             lse, every_row_attends = mha_lse(self.module, call_arguments(args, kwargs), self.chunk_elements)
-            self.acc.add_attention_lse(self.layer, lse, every_row_attends=every_row_attends)
+            self.acc.add_attention_lse(self.where, lse, every_row_attends=every_row_attends)
 
 
 def call_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

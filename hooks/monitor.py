@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hyperwatch.hooks import indicators
+from hyperwatch.hooks import compiled, indicators
 from hyperwatch.hooks.accumulate import GRAD_NORM, LOSS, LOSS_N, Accumulator, LayerValues
 from hyperwatch.hooks.adapters import LayerSpec, ModelPlan
 from hyperwatch.hooks.checks import Scalar, check_int, check_scalar, scalar_tensor
@@ -106,18 +106,23 @@ class Monitor:
             n_experts[spec.index] = spec.n_experts
         self.acc = Accumulator(n_layers, n_experts, self.device)
         self.gate = Gate()
+        self.gate.compiled = compiled.is_compiled(model)  # hooks registered as compiled code needs them
+        self.eager = compiled.EagerSteps()  # logged steps run eagerly while discovery is pending
         self._probes_armed = False
         self.probes: list[Probe] = []
         self._chunk_elements = chunk_elements
         self._install(chunk_elements)
         if plan.output is not None:  # measures discovery's forward too, and is kept across it
             self.probes.append(OutputProbe(self.acc, self.gate, plan.output, self._report))
+        self._discovery: DiscoveryProbe | None = None
         if plan.discover:
-            self.probes.append(
-                DiscoveryProbe(
-                    self.acc, self.gate, model, plan, self._discovered, chunk_elements, self._report, self._note
-                )
+            self._discovery = DiscoveryProbe(
+                self.acc, self.gate, model, plan, self._discovered, chunk_elements, self._report, self._note
             )
+            self.probes.append(self._discovery)
+        if compiled.drop_stale_graphs(model):
+            log.warning("hooks: run %r: %s", run.name, compiled.STALE_NOTE)
+            self.notes["compiled_before_attach"] = compiled.STALE_NOTE
         self.weights = WeightTracker(plan.layers) if weights else None
         self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._emitter = threading.Thread(target=self._emit_loop, name="hyperwatch-emitter", daemon=True)
@@ -159,6 +164,9 @@ class Monitor:
         The trace measured that forward: its sums are booked to the new plan's branches, so the
         step keeps its values. Routers keep their probes (they measured the traced forward too)."""
         self._discovering = False
+        self.eager.end()
+        if self.gate.compiled:
+            self._note("compiled_first_step_eager", compiled.EAGER_NOTE)
         if tracer.error is not None:
             self._adopt_static()
             return
@@ -202,6 +210,7 @@ class Monitor:
     def _adopt_static(self) -> None:
         """No discovery (failed, or every forward compiled): the adapter's gaps by name stand."""
         self._discovering = False
+        self.eager.end()
         for key, reason in self.plan.unavailable.items():
             self._report(key, reason)
 
@@ -224,13 +233,28 @@ class Monitor:
     def _arm(self, on: bool) -> None:
         """Arm (register the hooks, set capture flags) or disarm; the probes are touched only when
         the state changes, so a run of unlogged steps costs one comparison per step."""
+        if on and not self.gate.compiled and compiled.is_compiled(self.model):
+            self._now_compiled()
         if on != self._probes_armed:
             for probe in self.probes:
                 probe.arm(on)
             self._probes_armed = on
         self.gate.armed = on
+        if on and self._discovering:
+            self.eager.begin()
         if on and self.weights is not None and self.sink is not None:
             self.weights.snapshot()
+
+    def _now_compiled(self) -> None:
+        """The model was compiled after attach (``Module.compile()``, blocks replaced by compiled
+        ones): hooks stay registered from now on, and those registered for eager mode are
+        registered again as compiled code needs them (see ``InterceptProbe.register``)."""
+        self.gate.compiled = True
+        for probe in self.probes:
+            if probe.handles:
+                probe.remove()
+                probe.handles = probe.register()
+                probe.set_capture(True)
 
     # -- the training loop's calls --
     def step(
@@ -249,9 +273,13 @@ class Monitor:
             check_int(tokens, "tokens")
         if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float))):
             raise ValueError(f"lr: must be a number, got {type(lr).__name__}")
+        self.eager.end()
         if self.gate.armed:
-            if self._discovering and self.gate.compiled:
-                self._adopt_static()
+            if self._discovering and self._discovery is not None and self._discovery.skipped:
+                self._adopt_static()  # the forwards were compiled (no stance to run them eagerly)
+            for probe in self.probes:
+                if isinstance(probe, InterceptProbe):
+                    probe.leave()
             self._flush_step(step, loss, lr, tokens, grad_norm)
         self._arm((step + 1) % self.every == 0)
 
@@ -303,6 +331,7 @@ class Monitor:
 
     def detach(self) -> None:
         """Remove every hook and capture flag this monitor installed."""
+        self.eager.end()
         self.gate.armed = False
         for probe in self.probes:
             probe.remove()

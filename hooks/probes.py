@@ -112,6 +112,9 @@ class Probe:
         self.acc = acc
         self.gate = gate
         self.layer = layer
+        # where this probe's layer lives in the accumulator: tensors, so that a compiled graph never
+        # specializes on the layer (hooks.accumulate.Where); None for run-level probes (layer -1)
+        self.where = acc.where[layer] if 0 <= layer < acc.n_layers else None
         self.report = report
         self.failed = False
         self.handles: list[RemovableHandle] = []
@@ -193,7 +196,7 @@ class BranchProbe(OutputHookProbe):
         out = _first_tensor(output)
         if out is not None and out.is_floating_point() and out.dim() >= 1 and out.numel() > 0:
             with torch.no_grad():
-                self.acc.add_branch(self.layer, self.branch, out)
+                self.acc.add_branch(self.where, self.branch, out)
 
 
 class KernelLseProbe(Probe):
@@ -222,7 +225,7 @@ class KernelLseProbe(Probe):
         lse = getattr(module, "lse", None)
         if isinstance(lse, torch.Tensor):
             with torch.no_grad():
-                self.acc.add_attention_lse(self.layer, lse, every_row_attends=True)
+                self.acc.add_attention_lse(self.where, lse, every_row_attends=True)
         else:
             self.report(f"attention_z@{self.layer}", "the attention module set capture_lse but kept no .lse")
 
@@ -249,14 +252,26 @@ class InterceptProbe(Probe):
         self._entered: list[bool] = []
 
     def register(self) -> list[RemovableHandle]:
+        """The post hook is ``always_call`` in eager mode (the mode must be left even when the
+        forward raises). Under ``torch.compile`` it is not: a graph that raises replays none of
+        the mode's enter, and dynamo would guard on the hook's id in ``_forward_hooks_always_called``,
+        a different number in every block, so blocks compiled one by one would not share a graph."""
         self._entered = []
         return [
             self.module.register_forward_pre_hook(self._pre),
-            self.module.register_forward_hook(self._post, always_call=True),
+            self.module.register_forward_hook(self._post, always_call=not self.gate.compiled),
         ]
 
+    def leave(self) -> None:
+        """Leave the mode if a forward that raised left it entered (eager hooks registered before
+        the model was found compiled); called by the monitor at each step."""
+        while self._entered:
+            if self._entered.pop():
+                self.mode.__exit__(None, None, None)
+                self.mode.end()
+
     def _sink(self, lse: torch.Tensor, every_row_attends: bool) -> None:
-        self.acc.add_attention_lse(self.layer, lse, every_row_attends)
+        self.acc.add_attention_lse(self.where, lse, every_row_attends)
 
     def _on_recompute(self, why: str) -> None:
         """Noted once per model (one key): attention Z is measured, but at the costly path."""
@@ -322,7 +337,7 @@ class RouterProbe(Probe):
             return
         with torch.no_grad():
             logits = logits.reshape(-1, logits.shape[-1])
-            self.acc.add_router_logits(self.layer, logits)
+            self.acc.add_router_logits(self.where, logits)
             indices = None
             if isinstance(output, (tuple, list)) and len(output) >= 3:
                 cand = output[2]
@@ -336,7 +351,7 @@ class RouterProbe(Probe):
                     "the router's experts-per-token is unknown; pass hooks.attach(..., top_k=K)",
                 )
             elif self.n_experts > 0:
-                self.acc.add_expert_counts(self.layer, indicators.expert_counts(indices, self.n_experts))
+                self.acc.add_expert_counts(self.where, indicators.expert_counts(indices, self.n_experts))
 
 
 class BundledMoEProbe(Probe):
@@ -363,13 +378,13 @@ class BundledMoEProbe(Probe):
         with torch.no_grad():
             logits = getattr(module, "router_logits", None)
             if isinstance(logits, torch.Tensor):
-                self.acc.add_router_logits(self.layer, logits)
+                self.acc.add_router_logits(self.where, logits)
             counts = getattr(module, "counts", None)
             if isinstance(counts, torch.Tensor):
-                self.acc.add_expert_counts(self.layer, counts)
+                self.acc.add_expert_counts(self.where, counts)
             aux = getattr(module, "aux_loss", None)
             if isinstance(aux, torch.Tensor):
-                self.acc.add_aux_loss(self.layer, aux)
+                self.acc.add_aux_loss(self.where, aux)
 
 
 class OutputProbe(OutputHookProbe):
