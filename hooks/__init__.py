@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS = {
     "AdapterError": "hyperwatch.hooks.adapters",
     "attach": "hyperwatch.hooks.attach",
+    "attached": "hyperwatch.hooks.attach",
     "make_sink": "hyperwatch.hooks.attach",
     "Monitor": "hyperwatch.hooks.monitor",
     "METRICS": "hyperwatch.hooks.schema",
@@ -53,12 +54,13 @@ __all__ = [
     "SinkError",
     "TensorBoardSink",
     "attach",
+    "attached",
     "make_sink",
 ]
 
 if TYPE_CHECKING:
     from hyperwatch.hooks.adapters import AdapterError
-    from hyperwatch.hooks.attach import attach, make_sink
+    from hyperwatch.hooks.attach import attach, attached, make_sink
     from hyperwatch.hooks.monitor import Monitor
     from hyperwatch.hooks.schema import METRICS, Batch, Point, SchemaError
     from hyperwatch.hooks.sinks import FanOut, HttpSink, JsonlSink, MemorySink, RunInfo, Sink, SinkError

@@ -6,13 +6,14 @@ import os
 import platform
 import re
 import sys
+import weakref
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from hyperwatch.hooks import indicators
+from hyperwatch.hooks import compiled, indicators
 from hyperwatch.hooks.adapters import discover
 from hyperwatch.hooks.describe import BudgetFromSteps, describe
 from hyperwatch.hooks.monitor import Monitor
@@ -21,6 +22,30 @@ from hyperwatch.hooks.sinks.http import HttpSink, check_close_timeout, default_c
 from hyperwatch.hooks.sinks.jsonl import JsonlSink
 
 SinkSpec = Sink | str | os.PathLike[str] | list[Any] | tuple[Any, ...]
+
+_ATTACHED: weakref.WeakKeyDictionary[nn.Module, Monitor] = weakref.WeakKeyDictionary()
+"""Each module a live monitor watches -> that monitor (two monitors on one module would book one
+module's outputs twice, under names of the other's plan)."""
+
+
+def attached(model: nn.Module) -> Monitor | None:
+    """The open monitor attached to ``model`` (or to a module inside it, or around it), else None."""
+    model = compiled.unwrap(model)
+    for m in model.modules():
+        mon = _ATTACHED.get(m)
+        if mon is not None and not mon.closed and mon.probes:
+            return mon
+    return None
+
+
+def _refuse_second(model: nn.Module) -> None:
+    mon = attached(model)
+    if mon is not None:
+        raise RuntimeError(
+            f"hooks.attach: this model already has a monitor attached (run {mon.run.name!r}); a second one would "
+            "measure the same modules twice. Close the first one (mon.close(), or hooks.attached(model).close()) "
+            "before attaching again"
+        )
 
 
 _HOST_PORT = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:[0-9]{1,5}(/.*)?$")
@@ -142,6 +167,8 @@ def attach(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: must be a torch.nn.Module, got {type(model).__name__}")
+    model = compiled.unwrap(model)  # torch.compile's wrapper calls this module: hook it, not the wrapper
+    _refuse_second(model)
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise ValueError(f"every: must be an integer >= 1 (log every N steps), got {every!r}")
     if config is not None and not isinstance(config, dict):
@@ -173,4 +200,6 @@ def attach(
         close_timeout=timeout,
     )
     mon.budget = BudgetFromSteps(run_fields, flops_per_token)
+    for m in model.modules():
+        _ATTACHED[m] = mon
     return mon

@@ -181,7 +181,7 @@ def refine(plan: ModelPlan, tracer: Tracer, model: nn.Module) -> tuple[ModelPlan
         layer = _layer_of(add, blocks)
         if layer is not None:
             per_layer.setdefault(layer, []).append(add)
-    names = {m: n for n, m in model.named_modules()}
+    names = {m: n.replace("._orig_mod", "") for n, m in model.named_modules()}  # blocks compiled one by one
     layers: list[LayerSpec] = []
     notes: dict[str, str] = {}
     extra_attention: list[str] = []

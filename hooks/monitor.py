@@ -39,6 +39,7 @@ from hyperwatch.hooks.describe import BudgetFromSteps
 from hyperwatch.hooks.discovery import DiscoveryProbe, refine
 from hyperwatch.hooks.mha import MhaProbe
 from hyperwatch.hooks.probes import (
+    FAILED,
     BranchProbe,
     BundledMoEProbe,
     Gate,
@@ -89,6 +90,7 @@ class Monitor:
         known = {} if plan.discover else dict(plan.unavailable)
         self.unavailable: dict[str, str] = dict(known)
         self._reported: set[str] = set()
+        self._logged_reasons: set[str] = set()
         self._sent_unavailable = dict(known)  # what the sink has (sent with the run)
         self.notes: dict[str, str] = dict(plan.notes)
         self._sent_notes = dict(plan.notes)
@@ -219,6 +221,10 @@ class Monitor:
             return
         self._reported.add(key)
         self.unavailable[key] = reason
+        if reason in self._logged_reasons or reason.startswith(FAILED):  # logged already: stored only
+            log.debug("hooks: %s unavailable for run %r: %s", key, self.run.name, reason)
+            return
+        self._logged_reasons.add(reason)
         log.warning("hooks: %s unavailable for run %r: %s", key, self.run.name, reason)
 
     def _note(self, key: str, text: str) -> None:

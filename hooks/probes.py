@@ -35,6 +35,9 @@ RECOMPUTED_KEY = "attention_z:recomputed"
 """The note key of intercepted SDPA calls that take the costly recompute path (the value is
 measured: a note in the run's config, ``_hyperwatch.notes``, not an unavailable indicator)."""
 
+FAILED = "the hook failed"
+"""How a failed probe's reason starts (logged by the probe itself, with the traceback, once per kind)."""
+
 Report = Callable[[str, str], None]
 """report(key, reason): a metric could not be measured; the monitor logs it once."""
 
@@ -77,6 +80,7 @@ class Gate:
         self.armed = False
         self.compiled = False
         self.discovering = False  # the discovery trace measures this forward (hooks.discovery)
+        self.failures: set[tuple[str, str]] = set()  # (probe class, exception class) already logged
 
     def active(self) -> bool:
         if torch.compiler.is_compiling():
@@ -128,16 +132,23 @@ class Probe:
 
     def _failure(self, exc: BaseException) -> None:
         self.failed = True
-        log.warning(
-            "hooks: the %s probe of layer %d failed; the forward goes on unchanged",
-            self.keys[0],
-            self.layer,
-            exc_info=exc,
-        )
+        kind = (type(self).__name__, type(exc).__name__)
+        if kind not in self.gate.failures:  # one log line per kind of failure, not one per layer
+            self.gate.failures.add(kind)
+            log.warning(
+                "hooks: the %s probe of layer %d failed (%s: %s); it is off for the rest of the run (so is any other "
+                "layer's that fails the same way, recorded in the run's 'unavailable' without more log lines); the "
+                "forward goes on unchanged",
+                self.keys[0],
+                self.layer,
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
         for key in self.keys:
             self.report(
                 f"{key}@{self.layer}" if self.layer >= 0 else key,
-                f"the hook failed ({type(exc).__name__}: {exc}); the model's forward was left unchanged and this "
+                f"{FAILED} ({type(exc).__name__}: {exc}); the model's forward was left unchanged and this "
                 "value is not measured for the rest of the run",
             )
 

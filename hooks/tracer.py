@@ -9,7 +9,8 @@ attention calls as :class:`hooks.intercept.AttentionZMode` does (same kernels, s
 books their LSE to the innermost module that made them.
 
 A residual add is an add of two same-shaped tensors one of which is an ancestor of the other
-(``x + f(x)``: the skip and the branch); at that moment the branch is walked back to the module
+(``x + f(x)``: the skip and the branch), or an add of such a result and another tensor computed
+from the same ``x`` (``x + attn(h) + mlp(h)``, a parallel block's chained adds); at that moment the branch is walked back to the module
 outputs it is made of (:meth:`Tracer.contributions`), through what leaves values as they are or
 scales them by a constant (dropout, casts, reshapes, ``* c``), and through adds of branches
 (parallel attention and MLP). Every tensor is held by a weak reference only, so the trace keeps
@@ -115,6 +116,7 @@ class Tracer(AttentionZMode):
         self.stack: list[nn.Module] = []
         self._inputs: list[tuple[int, ...]] = []
         self.adds: list[ResidualAdd] = []
+        self.roots: dict[int, int] = {}  # the result of a residual add -> the stream it was added to
         self.sums: dict[nn.Module, Measured] = {}
         self.error: BaseException | None = None
         self._attention_made: nn.Module | None = None
@@ -229,6 +231,9 @@ class Tracer(AttentionZMode):
             # else: an input returned as it is (``.to`` its own dtype, dropout in eval): the same node
         if skip is not None:
             self._residual(*skip)
+            made = self.seq(outs[0], create=False)
+            if made is not None:
+                self.roots[made] = skip[0]
 
     def _skip(self, parents: tuple[int, ...]) -> tuple[int, int] | None:
         """(skip, branch) of an add whose one operand is an ancestor of the other, else None."""
@@ -241,6 +246,10 @@ class Tracer(AttentionZMode):
                 return None
             if self.is_ancestor(source, branch):
                 return source, branch
+        for stream, branch in ((a, b), (b, a)):  # chained adds: (x + attn(h)) + mlp(h), h made from x
+            root = self.roots.get(self._source(stream))
+            if root is not None and root != branch and self.is_ancestor(root, branch):
+                return root, branch
         return None
 
     def _source(self, n: int) -> int:
