@@ -1,7 +1,8 @@
 """The models the hooks-overhead benchmark trains, each with its optimizers and loss.
 
 Built from configs (nothing downloaded): the bundled Transformer-Next dense and MoE, a Hugging
-Face Llama from a ``LlamaConfig`` and PyTorch's own ``nn.TransformerEncoderLayer`` stack.
+Face Llama from a ``LlamaConfig``, PyTorch's own ``nn.TransformerEncoderLayer`` stack and a plain
+GPT whose branches only discovery finds (``bench/plain_gpt.py``).
 """
 
 from __future__ import annotations
@@ -129,3 +130,17 @@ def torch_encoder(z: Sizes) -> Trainee:
         return m(x)  # type: ignore[no-any-return]
 
     return Trainee(model, _optimizers(model, z.depth, width), loss)
+
+
+def plain_gpt(z: Sizes) -> Trainee:
+    """``bench.plain_gpt.PlainGPT`` (names no heuristic knows: found by discovery), the tiny
+    preset's shape (width 32d, 2d heads), AdamW."""
+    from bench.plain_gpt import PlainGPT
+
+    torch.manual_seed(0)
+    model = PlainGPT(vocab=z.vocab, d=32 * z.depth, heads=2 * z.depth, layers=z.depth).to(z.device)
+
+    def loss(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(m(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+
+    return Trainee(model, FusedAdamW(model), loss)

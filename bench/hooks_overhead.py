@@ -24,8 +24,15 @@ Models (``--preset paper`` is the default on CUDA, ``tiny`` on CPU):
 
 Targets (issue #11, GPU): <= 1.01x at every=1 and <= 1.002x at every=10, eager and compiled.
 
-    python bench/hooks_overhead.py [--device cpu|cuda] [--preset tiny|paper] [--models dense,moe,llama]
-        [--modes eager,compiled] [--every 1,10] [--rounds 20] [--block 10] [--control] [--profile]
+    python bench/hooks_overhead.py [--device cpu|cuda] [--preset tiny|paper] [--models dense,moe,llama,gpt]
+        [--modes eager,compiled | --compile] [--every 1,10] [--rounds 20] [--block 10] [--control] [--profile]
+
+``--compile`` (issue #34): compiled with hooks against compiled without, per step after warm-up. The
+model is compiled in place (``Module.compile()``, inductor), then attached; the "without" side is
+the same model with the monitor disarmed, which under compile runs the unlogged graph (hooks
+registered, no hook op in it; the gate is the one guard that tells the two graphs apart).
+``gpt`` is the plain GPT whose branches only discovery finds (its first logged step runs eagerly,
+inside the warm-up).
 
 ``--attention`` times the intercepted SDPA call alone (plain, costly recompute path, kernel
 LSE path; forward + backward under bf16 autocast) and profiles the two hooked paths.
@@ -55,7 +62,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.hooks_branch import branch_path, path_name
-from bench.hooks_models import Sizes, Trainee, bundled, hf_llama, torch_encoder
+from bench.hooks_models import Sizes, Trainee, bundled, hf_llama, plain_gpt, torch_encoder
 from bench.hooks_output_z import output_z_path
 from hyperwatch import hooks
 
@@ -346,8 +353,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, help="sequences per micro-batch, bundled models (default: 8)")
     ap.add_argument("--llama-batch", type=int, help="sequences per micro-batch, llama (default: 4 paper, 8 tiny)")
     ap.add_argument("--seq", type=int, help="tokens per sequence (default: 4096 paper, 256 tiny)")
-    ap.add_argument("--models", default="dense,moe,llama", help="comma list of dense, moe, llama, torch")
+    ap.add_argument("--models", default="dense,moe,llama", help="comma list of dense, moe, llama, torch, gpt")
     ap.add_argument("--modes", help="comma list of eager, compiled (default: both on cuda, eager on cpu)")
+    ap.add_argument("--compile", action="store_true", help="compiled only (--modes compiled): compiled with hooks / without")
     ap.add_argument("--every", default="1,10", help="comma list of logging intervals")
     ap.add_argument("--profile", action="store_true", help="torch.profiler top ops and hook timers (every=1)")
     ap.add_argument("--profile-steps", type=int, default=3, help="steps per profiled side")
@@ -365,7 +373,10 @@ def main() -> None:
     args.batch = args.batch or 8
     args.llama_batch = args.llama_batch or (4 if paper else args.batch)
     args.sizes = Sizes("paper" if paper else "tiny", args.depth, args.seq, args.device)
-    modes = (args.modes or ("eager,compiled" if args.device == "cuda" else "eager")).split(",")
+    if args.compile and args.modes not in (None, "compiled"):
+        ap.error("--compile measures compiled steps only; drop --modes or pass --modes compiled")
+    default_modes = "compiled" if args.compile else "eager,compiled" if args.device == "cuda" else "eager"
+    modes = (args.modes or default_modes).split(",")
     everies = [int(e) for e in args.every.split(",")]
     for e in everies:
         if e < 1 or args.block % e:
@@ -391,8 +402,15 @@ def main() -> None:
         "moe": lambda: bundled(z, True),
         "llama": lambda: hf_llama(z),
         "torch": lambda: torch_encoder(z),
+        "gpt": lambda: plain_gpt(z),
     }
-    labels = {"dense": "bundled dense", "moe": "bundled moe", "llama": "hf llama sdpa", "torch": "torch encoder"}
+    labels = {
+        "dense": "bundled dense",
+        "moe": "bundled moe",
+        "llama": "hf llama sdpa",
+        "torch": "torch encoder",
+        "gpt": "plain gpt (discovered)",
+    }
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     for n in names:
         if n not in builders:
