@@ -355,7 +355,9 @@ def main() -> None:
     ap.add_argument("--seq", type=int, help="tokens per sequence (default: 4096 paper, 256 tiny)")
     ap.add_argument("--models", default="dense,moe,llama", help="comma list of dense, moe, llama, torch, gpt")
     ap.add_argument("--modes", help="comma list of eager, compiled (default: both on cuda, eager on cpu)")
-    ap.add_argument("--compile", action="store_true", help="compiled only (--modes compiled): compiled with hooks / without")
+    ap.add_argument(
+        "--compile", action="store_true", help="compiled only (--modes compiled): compiled with hooks / without"
+    )
     ap.add_argument("--every", default="1,10", help="comma list of logging intervals")
     ap.add_argument("--profile", action="store_true", help="torch.profiler top ops and hook timers (every=1)")
     ap.add_argument("--profile-steps", type=int, default=3, help="steps per profiled side")

@@ -13,7 +13,9 @@
   discovery chose already in place.
 - :func:`drop_stale_graphs`: a model that ran compiled before ``attach`` has graphs cached
   without the hooks, and dynamo does not guard on module hooks; those cache entries are dropped
-  (``reset_code`` on the model's code objects), so its next forward compiles with the hooks.
+  (``reset_code`` on ``nn.Module``'s call code and the model's ``forward`` code), so its next
+  forward compiles with the hooks. Which module a cached graph belongs to cannot be told from
+  its code object: graphs of other compiled modules are dropped too, and compile once more.
 
 Everything here uses dynamo's internals defensively: a torch without them leaves the feature
 off, with a debug log line, never an exception.
@@ -134,8 +136,9 @@ def drop_stale_graphs(model: nn.Module) -> int:
 
 
 STALE_NOTE = (
-    "the model had run compiled before hooks.attach: dynamo does not guard on module hooks, so its cached "
-    "graphs would have run without them; they were dropped and the next forward compiled again, with the hooks"
+    "dynamo held graphs of module code compiled before hooks.attach (this model's, or another module's: "
+    "they share nn.Module's call code); dynamo does not guard on module hooks, so they could have run without "
+    "the hooks: they were dropped, and the next compiled forward compiled again, with the hooks"
 )
 EAGER_NOTE = (
     "compiled model: the first logged step after attach ran eagerly (torch.compiler.set_stance('force_eager')) "

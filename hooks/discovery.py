@@ -322,3 +322,18 @@ def _describe(layers: list[LayerSpec], names: dict[nn.Module, str]) -> str:
     first = describe(layers[0])
     same = sum(describe(s) == first for s in layers)
     return f"{first}; the same in {same} of {len(layers)} layers (what each residual add receives)"
+
+
+def book_trace(acc: Accumulator, spec: LayerSpec, tracer: Tracer, device: torch.device) -> None:
+    """Add what the traced forward measured of ``spec``'s branches to the step's sums (the traced
+    forward is the step's first one: its values belong to the step)."""
+    branch = spec.attention_output if spec.attention_output is not None else spec.attention
+    for name, module in (("attention", branch), ("mlp", spec.mlp)):
+        m = tracer.sums.get(module) if module is not None else None
+        if m is not None and m.branch is not None:
+            acc.add_branch_totals(spec.index, name, m.branch.to(device), m.elements)
+    z = tracer.sums.get(spec.attention) if spec.attention is not None else None
+    if z is not None and z.z is not None:
+        acc.add_attention_z_totals(spec.index, z.z.to(device))
+        for lse in z.lse:
+            acc.add_head_lse_max(spec.index, lse.to(device))

@@ -33,10 +33,10 @@ from torch import nn
 
 from hyperwatch.hooks import compiled, indicators
 from hyperwatch.hooks.accumulate import GRAD_NORM, LOSS, LOSS_N, Accumulator, LayerValues
-from hyperwatch.hooks.adapters import LayerSpec, ModelPlan
+from hyperwatch.hooks.adapters import ModelPlan
 from hyperwatch.hooks.checks import Scalar, check_int, check_scalar, scalar_tensor
 from hyperwatch.hooks.describe import BudgetFromSteps
-from hyperwatch.hooks.discovery import DiscoveryProbe, refine
+from hyperwatch.hooks.discovery import DiscoveryProbe, book_trace, refine
 from hyperwatch.hooks.mha import MhaProbe
 from hyperwatch.hooks.probes import (
     FAILED,
@@ -191,23 +191,11 @@ class Monitor:
             probe.arm(self._probes_armed)
         with torch.no_grad():
             for spec in plan.layers:
-                self._book_trace(spec, tracer)
+                book_trace(self.acc, spec, tracer, self.device)
         for key, text in notes.items():
             self._note(key, text)
         for key, reason in plan.unavailable.items():
             self._report(key, reason)
-
-    def _book_trace(self, spec: LayerSpec, tracer: Tracer) -> None:
-        branch = spec.attention_output if spec.attention_output is not None else spec.attention
-        for name, module in (("attention", branch), ("mlp", spec.mlp)):
-            m = tracer.sums.get(module) if module is not None else None
-            if m is not None and m.branch is not None:
-                self.acc.add_branch_totals(spec.index, name, m.branch.to(self.device), m.elements)
-        z = tracer.sums.get(spec.attention) if spec.attention is not None else None
-        if z is not None and z.z is not None:
-            self.acc.add_attention_z_totals(spec.index, z.z.to(self.device))
-            for lse in z.lse:
-                self.acc.add_head_lse_max(spec.index, lse.to(self.device))
 
     def _adopt_static(self) -> None:
         """No discovery (failed, or every forward compiled): the adapter's gaps by name stand."""

@@ -19,14 +19,14 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from hyperwatch.hooks import heads, indicators
-from hyperwatch.hooks.accumulate import Accumulator
+from hyperwatch.hooks.accumulate import Accumulator, Where
 from hyperwatch.hooks.intercept import AttentionZMode, guarded
 
 log = logging.getLogger(__name__)
@@ -68,11 +68,11 @@ def _in_backward() -> bool:
 class Gate:
     """Whether the current forward is measured.
 
-    ``compiled``: the hooks have been traced by ``torch.compile`` (or the model was compiled
-    before attach). Dynamo does not guard on module hooks, so a graph compiled while they were
-    removed would keep running without them: once compiled, the probes keep their hooks
-    registered and a disarmed step is told apart by this gate alone. Dynamo guards on
-    ``armed`` (a Python bool), so exactly two graphs exist, logged and unlogged; both are
+    ``compiled``: the model is compiled (``hooks.compiled``: found at attach, at a logged step,
+    or on discovery's forward) or a hook was traced by dynamo. Dynamo does not guard on module
+    hooks, so a graph compiled while they were removed would keep running without them: once
+    compiled, the probes keep their hooks registered and a disarmed step is told apart by this
+    gate alone. Dynamo guards on ``armed`` (a Python bool), so exactly two graphs exist, logged and unlogged; both are
     cached after warm-up, and the unlogged one contains no hook work at all.
     """
 
@@ -117,8 +117,8 @@ class Probe:
         self.gate = gate
         self.layer = layer
         # where this probe's layer lives in the accumulator: tensors, so that a compiled graph never
-        # specializes on the layer (hooks.accumulate.Where); None for run-level probes (layer -1)
-        self.where = acc.where[layer] if 0 <= layer < acc.n_layers else None
+        # specializes on the layer (hooks.accumulate.Where); run-level probes (layer -1) have none
+        self.where = acc.where[layer] if 0 <= layer < acc.n_layers else cast(Where, None)
         self.report = report
         self.failed = False
         self.handles: list[RemovableHandle] = []

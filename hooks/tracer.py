@@ -8,14 +8,15 @@ first logged step keeps its values whichever modules turn out to be the branches
 attention calls as :class:`hooks.intercept.AttentionZMode` does (same kernels, same outputs) and
 books their LSE to the innermost module that made them.
 
-A residual add is an add of two same-shaped tensors one of which is an ancestor of the other
-(``x + f(x)``: the skip and the branch), or an add of such a result and another tensor computed
-from the same ``x`` (``x + attn(h) + mlp(h)``, a parallel block's chained adds); at that moment the branch is walked back to the module
-outputs it is made of (:meth:`Tracer.contributions`), through what leaves values as they are or
-scales them by a constant (dropout, casts, reshapes, ``* c``), and through adds of branches
-(parallel attention and MLP). Every tensor is held by a weak reference only, so the trace keeps
-no activation alive. Parents have smaller sequence numbers than their children, so an ancestry
-search never looks below the skip's number: the cost is the ops of one block, not the model.
+A residual add is an add of two same-shaped tensors one of which is an ancestor of the other (``x +
+f(x)``: the skip and the branch), or an add of such a result and another tensor computed from the
+same ``x`` (``x + attn(h) + mlp(h)``, a parallel block's chained adds); at that moment the branch
+is walked back to the module outputs it is made of (:meth:`Tracer.contributions`), through what
+leaves values as they are or scales them by a constant (dropout, casts, reshapes, ``* c``), and
+through adds of branches (parallel attention and MLP). Every tensor is held by a weak reference
+only, so the trace keeps no activation alive. Parents have smaller sequence numbers than their
+children, so an ancestry search never looks below the skip's number: the cost is the ops of one
+block, not the model.
 """
 
 from __future__ import annotations

@@ -50,7 +50,10 @@ def specs() -> dict[str, Spec]:
     return {
         "plain_gpt": Spec(lambda: _seeded(PlainGPT), _lm_loss, 64, lambda m: m.stack),
         "hf_llama": Spec(
-            lambda: hf_model("llama", layers=3), lambda m, x: m(input_ids=x, labels=x).loss, 96, lambda m: m.model.layers
+            lambda: hf_model("llama", layers=3),
+            lambda m, x: m(input_ids=x, labels=x).loss,
+            96,
+            lambda m: m.model.layers,
         ),
         "bundled": Spec(lambda: bundled_model(depth=4), lambda m, x: m(x, x).loss, 64, lambda m: m.blocks),
     }

@@ -136,11 +136,13 @@ def test_a_failing_probe_logs_one_line_for_all_its_layers(
     monkeypatch.setattr(Accumulator, "add_branch", broken)
     model = _seeded_gpt()
     x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
-    with caplog.at_level(logging.WARNING, logger="hyperwatch.hooks"):
-        with hooks.attach(model, run="broken", sink=hooks.MemorySink(), every=1, attention="*.mix", mlp="*.ffn") as mon:
-            for step in range(2):
-                model(x).square().mean().backward()
-                mon.step(step)
+    with (
+        caplog.at_level(logging.WARNING, logger="hyperwatch.hooks"),
+        hooks.attach(model, run="broken", sink=hooks.MemorySink(), every=1, attention="*.mix", mlp="*.ffn") as mon,
+    ):
+        for step in range(2):
+            model(x).square().mean().backward()
+            mon.step(step)
     failures = [r for r in caplog.records if "broken on purpose" in r.getMessage()]
     assert len(failures) == 1, [r.getMessage() for r in failures]
     assert {f"{m}@{i}" for m in ("attention_rms", "mlp_rms") for i in range(3)} <= set(mon.unavailable)
