@@ -54,10 +54,12 @@ def unwrap(model: nn.Module) -> nn.Module:
     return model
 
 
-def is_compiled(model: nn.Module) -> bool:
-    """Whether ``model`` or one of its modules is compiled: a wrapper in the tree, or in place."""
+def is_compiled(model: nn.Module, among: list[nn.Module] | None = None) -> bool:
+    """Whether ``model`` or one of its modules is compiled: a wrapper in the tree, or in place.
+    ``among``: look at these modules only (the model and its blocks: cheap enough for every
+    logged step), not at the whole tree."""
     wrapper = _optimized_module()
-    for m in model.modules():
+    for m in model.modules() if among is None else among:
         if wrapper is not None and isinstance(m, wrapper):
             return True
         if getattr(m, "_compiled_call_impl", None) is not None:

@@ -110,6 +110,8 @@ class Monitor:
         self.gate = Gate()
         self.gate.compiled = compiled.is_compiled(model)  # hooks registered as compiled code needs them
         self.eager = compiled.EagerSteps()  # logged steps run eagerly while discovery is pending
+        # what Module.compile() after attach marks: the model or its blocks (checked at logged steps)
+        self._compilable = [model, *(b for spec in plan.layers for b in spec.blocks)]
         self._probes_armed = False
         self.probes: list[Probe] = []
         self._chunk_elements = chunk_elements
@@ -227,7 +229,7 @@ class Monitor:
     def _arm(self, on: bool) -> None:
         """Arm (register the hooks, set capture flags) or disarm; the probes are touched only when
         the state changes, so a run of unlogged steps costs one comparison per step."""
-        if on and not self.gate.compiled and compiled.is_compiled(self.model):
+        if on and not self.gate.compiled and compiled.is_compiled(self.model, self._compilable):
             self._now_compiled()
         if on != self._probes_armed:
             for probe in self.probes:

@@ -47,7 +47,7 @@ def test_a_failing_probe_leaves_the_forward_unchanged_and_is_reported_once(
 ) -> None:
     """Every probe kind fails (branch, attention Z through SDPA, router) on the steps after the traced
     one: the model's loss and gradients are those of the model without hooks, and the failure is
-    named in ``unavailable`` once per indicator with the exception."""
+    named in ``unavailable`` for every indicator it hits, with the exception, and logged once."""
     model = hf_model("mixtral")
     ref = [train_step(model, seed) for seed in range(3)]
     sink = hooks.MemorySink()
@@ -64,8 +64,8 @@ def test_a_failing_probe_leaves_the_forward_unchanged_and_is_reported_once(
         assert torch.equal(loss, want_loss) and all(torch.equal(a, b) for a, b in zip(grads, want_grads))
     assert keys <= set(mon.unavailable), mon.unavailable
     assert all("RuntimeError: a bug inside the hooks" in mon.unavailable[k] for k in keys)
-    for key in keys:  # once, although the probe ran on two steps
-        assert sum(f"{key} unavailable" in r.getMessage() for r in caplog.records) == 1, key
+    # one log line for the failure, although the probe ran on two steps and in several layers
+    assert sum("a bug inside the hooks" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_a_failing_discovery_trace_leaves_the_forward_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
