@@ -6,18 +6,21 @@ things a Python dict can hold are not allowed as they are:
 - a lone surrogate in a string or a key. It is what ``os.fsdecode`` gives for a non-UTF-8 path
   (``os.fsdecode(b"/data/caf\\xe9") == "/data/caf\\udce9"``), so it is normal in a training config;
   it cannot be encoded as UTF-8, so a response holding it could never be sent;
+- a NUL character (``\\u0000``) in a string or a key: stored text cannot hold it (PostgreSQL refuses
+  it; the README promises text without it everywhere);
 - NaN and +/-Inf floats: standard JSON has no literal for them (PostgreSQL refuses them, SQLite
   reads them back as null);
 - nesting deeper than :data:`MAX_JSON_DEPTH` levels (reading and serialising it back recurses).
 
 The hooks *repair* with :func:`sanitize_json` before they send (a training job must never stop
 over its config): a surrogate-escaped byte becomes the text ``\\xNN`` (so the path above becomes
-``/data/caf\\\\xe9``, i.e. the characters ``/data/caf\\xe9``), any other lone surrogate ``\\uDNNN``;
+``/data/caf\\\\xe9``, i.e. the characters ``/data/caf\\xe9``), any other lone surrogate ``\\uDNNN``, a
+NUL the text ``\\x00``;
 NaN and +/-Inf become the wire strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (as for metric
 values); objects JSON has no type for (paths, dtypes, enums) become ``str(obj)``; tuples and sets
 become lists; what lies deeper than the limit becomes a short string saying so.
 
-The service *checks* with :func:`check_json`: a lone surrogate, a non-JSON type or too deep a
+The service *checks* with :func:`check_json`: a lone surrogate, a NUL, a non-JSON type or too deep a
 nesting is a :class:`~hooks.schema.SchemaError` naming the path (``config.data.dir``); NaN and
 +/-Inf are the one normalisation (to the wire strings, on every database).
 
@@ -50,6 +53,11 @@ def escape_surrogates(text: str) -> str:
     return _SURROGATE.sub(_escape_one, text)
 
 
+def escape_text(text: str) -> str:
+    """``text`` as stored text can hold it: lone surrogates escaped (:func:`escape_surrogates`), NUL as ``\\x00``."""
+    return escape_surrogates(text).replace("\x00", "\\x00")
+
+
 def _wire_float(value: float) -> float | str:
     return value if math.isfinite(value) else NONFINITE_TO_WIRE[repr(value)]
 
@@ -61,16 +69,19 @@ def sanitize_json(obj: Any, _depth: int = 0) -> Any:
     if isinstance(obj, float):
         return _wire_float(obj)
     if isinstance(obj, str):
-        return escape_surrogates(obj)
+        return escape_text(obj)
     if isinstance(obj, (dict, list, tuple, set, frozenset)) and _depth >= MAX_JSON_DEPTH:
         return f"<a {type(obj).__name__} nested deeper than {MAX_JSON_DEPTH} levels, left out>"  # no repr: it recurses
     if isinstance(obj, dict):
-        return {escape_surrogates(str(k)): sanitize_json(v, _depth + 1) for k, v in obj.items()}
+        return {escape_text(str(k)): sanitize_json(v, _depth + 1) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [sanitize_json(v, _depth + 1) for v in obj]
     if isinstance(obj, (set, frozenset)):
         return sorted((sanitize_json(v, _depth + 1) for v in obj), key=repr)
-    return escape_surrogates(str(obj))
+    return escape_text(str(obj))
+
+
+_NUL_FIX = "remove it (hyperwatch.hooks.jsonsafe.sanitize_json writes it as the text \\x00)"
 
 
 def _surrogate_error(path: str, text: str, what: str) -> SchemaError:
@@ -92,6 +103,8 @@ def check_json(obj: Any, field: str = "config") -> Any:
         if isinstance(value, str):
             if _SURROGATE.search(value):
                 raise _surrogate_error(path, value, "the string")
+            if "\x00" in value:
+                raise SchemaError(path, f"holds a NUL character (\\u0000), which stored text cannot hold; {_NUL_FIX}")
         elif isinstance(value, (dict, list)):
             if depth >= MAX_JSON_DEPTH:
                 raise SchemaError(
@@ -104,6 +117,11 @@ def check_json(obj: Any, field: str = "config") -> Any:
                         raise SchemaError(path, f"has a key of type {type(key).__name__}; keys must be strings")
                     if _SURROGATE.search(key):
                         raise _surrogate_error(f"{path}.{escape_surrogates(key)}", key, "the key")
+                    if "\x00" in key:
+                        raise SchemaError(
+                            f"{path}.{escape_text(key)}",
+                            f"the key holds a NUL character (\\u0000), which stored text cannot hold; {_NUL_FIX}",
+                        )
                 stack.append((item, f"{path}.{key}" if isinstance(value, dict) else f"{path}[{key}]", depth + 1))
         elif not (value is None or isinstance(value, (bool, int, float))):
             raise SchemaError(path, f"is a {type(value).__name__}; a config holds only JSON values")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import ipaddress
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -20,6 +22,39 @@ from hyperwatch.monitor.serve_options import (
 
 if TYPE_CHECKING:
     from hyperwatch.monitor.store import SqlStore
+
+
+ALLOW_OPEN_ENV = "HYPERWATCH_ALLOW_OPEN"
+LOOPBACK_NAMES = ("localhost", "ip6-localhost")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` binds this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to any address
+
+
+def open_refusal(host: str, dev_mode: bool, write_token: str | None, allow_open: bool) -> str | None:
+    """Why ``serve`` must not start (None: it may): dev mode lets a missing or weak write token pass,
+    which is harmless on localhost and an open door on any other address, unless asked explicitly."""
+    from hyperwatch.monitor.core.config import token_weakness
+
+    if not dev_mode or is_loopback(host) or allow_open:
+        return None
+    weak = token_weakness(write_token) if write_token is not None else ""
+    if write_token is not None and not weak:
+        return None
+    what = "no write token" if write_token is None else f"a write token that {weak}"
+    return (
+        f"refusing to start: dev mode on --host {host} with {what} lets anyone who can "
+        "reach this port write and read runs. Set HYPERWATCH_WRITE_TOKEN to a random secret (python -c "
+        "'import secrets; print(secrets.token_urlsafe(32))') and drop --dev, or bind --host 127.0.0.1, or "
+        f"pass --allow-open ({ALLOW_OPEN_ENV}=1) if an open service on {host} is what you want"
+    )
 
 
 FLAGS = {"database_url": "--db", "dev_mode": "--dev", "max_concurrent_reads": "--max-concurrent-reads"}
@@ -39,6 +74,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 to expose it)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--dev", action="store_true", help="dev mode: allow a missing or placeholder write token")
+    p.add_argument(
+        "--allow-open",
+        action="store_true",
+        help=f"start even in dev mode on a non-local --host with no real write token, where anyone who can reach "
+        f"the port can write and read (refused without it; also {ALLOW_OPEN_ENV}=1)",
+    )
     p.add_argument(
         "--request-timeout",
         type=float,
@@ -132,8 +173,13 @@ def run(args: argparse.Namespace) -> int:
         overrides["dev_mode"] = True
     if args.max_concurrent_reads is not None:
         overrides["max_concurrent_reads"] = args.max_concurrent_reads
+    allow_open = args.allow_open or os.environ.get(ALLOW_OPEN_ENV, "").strip().lower() in ("1", "true", "yes")
     try:
         settings = Settings(**overrides)  # type: ignore[arg-type]
+        refusal = open_refusal(args.host, settings.dev_mode, settings.write_token, allow_open)
+        if refusal:  # before anything is created or bound
+            print(f"hyperwatch serve: {refusal}", file=sys.stderr)
+            return 2
         store = SqlStore(settings.database_url)
         created = create_schema_if_empty(store) if settings.check_schema else None
         if created:
@@ -151,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     except MonitorError as exc:
         print(f"hyperwatch serve: {exc}", file=sys.stderr)
         return 2
-    if args.host not in ("127.0.0.1", "localhost", "::1") and settings.dev_mode:
+    if not is_loopback(args.host) and settings.dev_mode:
         print(f"hyperwatch serve: warning: dev mode on {args.host} is reachable from other machines", file=sys.stderr)
     # Slow or half-open clients are bounded here (monitor.api.connections); on a network a fronting
     # proxy with its own timeouts is still the recommended setup (README, "Serving").

@@ -90,8 +90,8 @@ ProjectName = Annotated[
 Status = RunStatus  # one list, defined in the hooks' wire schema
 Tag = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:=+@/-]+$")]
 XAxis = Literal["step", "tokens", "flops", "fraction"]
-UnavailableKey = Annotated[str, Field(min_length=1, max_length=200)]
-UnavailableReason = Annotated[str, Field(max_length=2000)]
+UnavailableKey = Annotated[Text, Field(min_length=1, max_length=200)]  # Text: no NUL, no lone surrogate
+UnavailableReason = Annotated[Text, Field(max_length=2000)]
 
 
 class Strict(BaseModel):

@@ -19,6 +19,7 @@ from fastapi import Depends, Request
 
 from hyperwatch.hooks.schema import head_of
 from hyperwatch.monitor.api.deps import get_settings, get_store, require_read
+from hyperwatch.monitor.api.params import layer_number
 from hyperwatch.monitor.core.config import Settings
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.detect.learned import ThresholdSource, effective_thresholds, learning_on, provenance
@@ -147,10 +148,11 @@ class Reader:
         a run-level metric is its own series whatever the mode."""
         buckets = self.buckets(buckets)
         per_layer = any(s.name == name and s.layer is not None for s in latest)
-        if not mode.isdigit() or not per_layer:
+        layer = layer_number(mode)  # the route read it by monitor.api.params.parse_line
+        if layer is None or not per_layer:
             agg: Agg = "max" if mode == "max" else "mean"
             return aggregate_series(self.store, run, name, agg, buckets, latest, tmap)
-        s = self.store.series(run.id, name, int(mode), buckets, None, None)
+        s = self.store.series(run.id, name, layer, buckets, None, None)
         pts = s.points
         return AggSeries([p.step for p in pts], [p.tokens for p in pts], [p.value for p in pts],
                          pts[-1].value if pts else None, False, 0, s.downsampled)  # fmt: skip

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from hyperwatch.monitor.analysis import jsonable
+from hyperwatch.monitor.api.params import layer_number, line_query
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.schemas import MetricName
 from hyperwatch.monitor.store.entities import Run
@@ -25,9 +26,7 @@ from hyperwatch.web.figures import RunLine, XAxis, compare_figure
 router = APIRouter(prefix="/ui/data", tags=["web"], include_in_schema=False)
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-LayerChoice = Annotated[
-    str, Query(pattern=r"^(mean|max|[0-9]{1,5})$", description="mean or max over layers, or a layer number")
-]
+LayerChoice = Annotated[str, line_query("layer", ("mean", "max"), "mean or max over layers, or a layer number")]
 
 
 def run_label(run: Run) -> str:
@@ -65,10 +64,11 @@ def compare_runs(
         line = read.line(run, name, layer, buckets, latest, tmap)
         if line.values:
             lines.append(RunLine(run, line, label, colour, i))
-    if layer.isdigit() and n_layers and int(layer) >= n_layers:
+    number = layer_number(layer)
+    if number is not None and n_layers and number >= n_layers:
         raise InvalidInputError(f"layer: {layer} is past the last layer of these runs ({n_layers - 1})")
     figure = compare_figure(name, lines, x, layer, gl)  # one layer's lines are not per layer: no "over layers"
-    if layer.isdigit():
+    if number is not None:
         figure["layout"]["title"]["text"] += f" · layer {layer}"
     drawn = {rl.run.id for rl in lines}
     lacking = [run_label(r) for r in runs if r.id not in drawn]

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from hyperwatch.monitor.analysis import AnalysisError, fit_group, jsonable, stability_verdict
+from hyperwatch.monitor.api.params import Limit, buckets_query
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.schemas import MetricName
 from hyperwatch.monitor.views import (
@@ -47,7 +48,7 @@ router = APIRouter(prefix="/ui/data", tags=["web"], include_in_schema=False)
 COMPARE_INDICATORS = (*STABILITY_INDICATORS, "loss")
 """What the scale-comparison page shows, in order."""
 
-Buckets = Annotated[int, Query(ge=10, description="buckets of the downsampling (about the plot's width)")]
+Buckets = Annotated[int, buckets_query(10, "buckets of the downsampling (about the plot's width)")]
 GL = Annotated[bool, Query(description="draw lines with WebGL (scattergl)")]
 
 
@@ -198,7 +199,7 @@ def alerts_timeline(
     run_id: int | None = None,
     rule: Annotated[str | None, Query(max_length=64)] = None,
     project: Annotated[str | None, Query(max_length=200)] = None,
-    limit: Annotated[int, Query(ge=1)] = 1000,
+    limit: Limit = 1000,
 ) -> dict[str, Any]:
     """Alert events as a timeline (time x run, symbol by rule) with each point's run page link data."""
     found = read.alerts(run_id, project, None, rule, limit, 0)

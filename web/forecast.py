@@ -18,6 +18,7 @@ from fastapi import APIRouter, Query
 from hyperwatch.monitor.analysis import jsonable
 from hyperwatch.monitor.analysis.forecast import DEFAULT_LEVEL, Axis, fmt_size, fmt_value, label
 from hyperwatch.monitor.api.deps import ReadAuth, StoreDep
+from hyperwatch.monitor.api.params import float_query
 from hyperwatch.monitor.forecasts import collect, default_target, forecast_group, run_forecast
 from hyperwatch.monitor.schemas import MetricName
 from hyperwatch.monitor.views import STABILITY_INDICATORS, Agg
@@ -202,7 +203,7 @@ def group_forecast_panel(
     store: StoreDep,
     name: Annotated[MetricName, Query()] = "attention_z",
     axis: Axis = "params",
-    target: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
+    target: Annotated[float | None, float_query("target", 0, None, lo_open=True)] = None,
     agg: Agg = "mean",
 ) -> dict[str, Any]:
     """The panel: one indicator's forecast at ``target`` (default: 10x the largest size), its figure

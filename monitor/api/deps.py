@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import re
 import weakref
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -19,8 +18,8 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from hyperwatch.monitor.api.params import check_id
 from hyperwatch.monitor.core.config import Settings
-from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.store.base import Store
 
 _bearer = HTTPBearer(auto_error=False, description="HYPERWATCH_WRITE_TOKEN (or HYPERWATCH_READ_TOKEN for reads)")
@@ -76,27 +75,19 @@ async def require_read(settings: SettingsDep, creds: Credentials) -> None:
         raise HTTPException(403, "bearer token is neither the read nor the write token; check the client's token")
 
 
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-MAX_ROW_ID = 2**31 - 1  # ids are SQL integers (PostgreSQL int4): none is larger
-
-
 async def ids_in_range(request: Request) -> None:
-    """An id beyond the integer range names no row and never can: 404, in the path
-    (``/runs/{run_id}``) and in the query (``?run_id=``, repeated or not, ``?group_id=``).
+    """Every id of the request, in the path (``/runs/{run_id}``) and in the query (``?run_id=``,
+    repeated or not, ``?group_id=``), read by :func:`monitor.api.params.check_id` before the route
+    runs: not ASCII digits (``"²"``, ``" 12"``, ``"1_0"``) is a 422 naming the parameter; beyond the
+    integer range it names no row and never can: 404.
 
-    Left to the database, it was a 422 (SQLite cannot bind it, PostgreSQL refuses it for an
-    integer column) that blamed the request's value. Runs for every route, before its own
-    parameters are read; a value that is not an integer is left to the route's validation (422).
-    An unknown id inside the range keeps the route's own answer (a lookup's 404, a filter's empty
-    list)."""
+    Left to the database, an id beyond the range was a 422 (SQLite cannot bind it, PostgreSQL
+    refuses it for an integer column) that blamed the request's value. An unknown id inside the
+    range keeps the route's own answer (a lookup's 404, a filter's empty list)."""
     params = [*request.path_params.items(), *request.query_params.multi_items()]
     for name, value in params:
-        # ASCII digits only: str.isdigit() takes "²", which int() refuses (a 500 schemathesis found).
-        if (name == "id" or name.endswith("_id")) and isinstance(value, str) and _INTEGER.fullmatch(value):
-            number = int(value)
-            if not -MAX_ROW_ID <= number <= MAX_ROW_ID:
-                what = name.removesuffix("_id").replace("_", " ") or "row"
-                raise NotFoundError(f"no {what} with id {value}: ids are at most {MAX_ROW_ID}")
+        if (name == "id" or name.endswith("_id")) and isinstance(value, str):
+            check_id(value, name)
 
 
 WriteAuth = Depends(require_write)

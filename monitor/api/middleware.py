@@ -50,7 +50,8 @@ class BodySizeLimit:
             await self.app(scope, receive, send)
             return
         for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+            # bytes.isdigit() is ASCII only; more than 18 digits is above any limit (and unread by int())
+            if name == b"content-length" and value.isdigit() and (len(value) > 18 or int(value) > self.limit):
                 await _reply_413(send, self.limit)
                 return
         seen = 0

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hyperwatch.monitor.api.alertmanager import store_firing
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
+from hyperwatch.monitor.api.params import Limit, Offset
 from hyperwatch.monitor.detect import explain
 from hyperwatch.monitor.schemas import AlertOut, WireFloat
 
@@ -43,8 +44,8 @@ class AlertFilter:
         project: str | None = None,
         group_id: int | None = None,
         rule: Annotated[str | None, Query(description=RULES)] = None,
-        limit: Annotated[int, Query(ge=1)] = 100,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Limit = 100,
+        offset: Offset = 0,
     ) -> None:
         self.run_id, self.project, self.group_id, self.rule = run_id, project, group_id, rule
         self.limit, self.offset = limit, offset

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Query
 from hyperwatch.hooks.schema import SchemaError, validate_name
 from hyperwatch.monitor.analysis import AnalysisError, fit_group, jsonable, stability_verdict
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep
+from hyperwatch.monitor.api.params import buckets_query, float_query
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.views import (
     STABILITY_INDICATORS,
@@ -107,9 +108,9 @@ def group_stability(
     scale: Annotated[ScaleField, Query(description="the model-size field that orders the runs")] = "total_params",
     agg: Annotated[Agg, Query(description="aggregate over layers per bucket")] = "mean",
     name: Annotated[list[str] | None, Query(description="indicators (repeat); default: the seven")] = None,
-    buckets: Annotated[int, Query(ge=10)] = 1000,
-    rtol: Annotated[float, Query(ge=0, le=10)] = 0.05,
-    atol: Annotated[float, Query(ge=0)] = 0.0,
+    buckets: Annotated[int, buckets_query(10)] = 1000,
+    rtol: Annotated[float, float_query("rtol", 0, 10)] = 0.05,
+    atol: Annotated[float, float_query("atol", 0, None)] = 0.0,
 ) -> dict[str, Any]:
     names = indicator_names(name, buckets, settings.max_buckets)
     if not math.isfinite(atol):

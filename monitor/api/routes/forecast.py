@@ -16,6 +16,7 @@ from fastapi import APIRouter, Query
 from hyperwatch.monitor.analysis.forecast import DEFAULT_LEVEL, HORIZON, MIN_SIZES, Axis
 from hyperwatch.monitor.analysis.forecast_track import MIN_FRACTION
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep
+from hyperwatch.monitor.api.params import buckets_query, float_query
 from hyperwatch.monitor.api.routes.analysis import indicator_names
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.forecasts import DEFAULT_BUCKETS, DEFAULT_LIMITS, group_forecast, run_forecast
@@ -23,10 +24,12 @@ from hyperwatch.monitor.views import Agg
 
 router = APIRouter(tags=["forecast"], dependencies=[ReadAuth])
 
-Target = Annotated[float | None, Query(gt=0, allow_inf_nan=False)]
 Names = Annotated[list[str] | None, Query(description="indicators (repeat); default: the seven stability indicators")]
-Level = Annotated[float, Query(gt=0, lt=1, description="the band's probability (0.9: a 90% prediction interval)")]
-Buckets = Annotated[int, Query(ge=10, description="buckets of each run's line (as the scale page reads it)")]
+Level = Annotated[
+    float,
+    float_query("level", 0, 1, "the band's probability (0.9: a 90% prediction interval)", lo_open=True, hi_open=True),
+]
+Buckets = Annotated[int, buckets_query(10, "buckets of each run's line (as the scale page reads it)")]
 AggQuery = Annotated[Agg, Query(description="aggregate over layers per bucket, as on the scale page")]
 
 GROUP_DOC = f"""Where each stability indicator will be at a size not trained yet.
@@ -55,8 +58,13 @@ def group_forecast_route(
     group_id: int,
     store: StoreDep,
     settings: SettingsDep,
-    params: Annotated[Target, Query(description="target model size in parameters, e.g. 7e9")] = None,
-    flops: Annotated[Target, Query(description="target training FLOPs, e.g. 3e21 (fits against FLOPs)")] = None,
+    params: Annotated[
+        float | None, float_query("params", 0, None, "target model size in parameters, e.g. 7e9", lo_open=True)
+    ] = None,
+    flops: Annotated[
+        float | None,
+        float_query("flops", 0, None, "target training FLOPs, e.g. 3e21 (fits against FLOPs)", lo_open=True),
+    ] = None,
     name: Names = None,
     agg: AggQuery = "mean",
     level: Level = DEFAULT_LEVEL,

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from hyperwatch.monitor.api.params import End, Layer, Start, buckets_query
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.schemas import (
     CompareOut,
@@ -24,9 +25,6 @@ from hyperwatch.monitor.views_read import QueryReaderDep, ReaderDep
 
 router = APIRouter(tags=["query"])  # both readers check read auth; QueryReaderDep also waits for a read slot
 
-Layer = Annotated[int | None, Query(ge=0, description="block index; omit for a run-level metric")]
-Start = Annotated[int | None, Query(ge=0, description="first step (inclusive)")]
-End = Annotated[int | None, Query(ge=0, description="last step (inclusive)")]
 
 SERIES_DOC = """A series downsampled server-side to at most `buckets` buckets.
 
@@ -41,7 +39,7 @@ def series(
     name: Annotated[MetricName, Query()],
     read: QueryReaderDep,
     layer: Layer = None,
-    buckets: Annotated[int, Query(ge=1)] = 2000,
+    buckets: Annotated[int, buckets_query(1)] = 2000,
     start: Start = None,
     end: End = None,
 ) -> SeriesOut:
@@ -66,7 +64,7 @@ def compare(
     group_id: Annotated[int | None, Query(description="every run of this group")] = None,
     layer: Layer = None,
     x: Annotated[XAxis, Query(description="step, tokens, flops (tokens x run FLOPs/token) or fraction")] = "step",
-    buckets: Annotated[int, Query(ge=1)] = 1000,
+    buckets: Annotated[int, buckets_query(1)] = 1000,
 ) -> CompareOut:
     ids = list(run_id or [])
     if group_id is not None:
@@ -89,7 +87,7 @@ def layers(
     run_id: int,
     name: Annotated[MetricName, Query()],
     read: QueryReaderDep,
-    buckets: Annotated[int, Query(ge=1)] = 200,
+    buckets: Annotated[int, buckets_query(1)] = 200,
     start: Start = None,
     end: End = None,
 ) -> LayerMatrixOut:
