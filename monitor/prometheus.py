@@ -4,7 +4,10 @@ Service metrics are declared once here, unregistered; :func:`build_registry` put
 :class:`RunCollector` into a registry per app (tests pass a fresh ``CollectorRegistry``).
 
 Run gauges are read from the ``series_latest`` table at scrape time, for runs whose status is
-``running`` only (a finished run's series disappear, so label sets stay bounded). Labels are
+``running`` only (a finished run's series disappear, so label sets stay bounded), and for the
+gauges' metric names only: a scrape reads ~11 series per layer of each active run, however many
+other series (``user.*``) the runs hold (issue 37); a run's step, last write and series count come
+from its ``runs`` row (``hyperwatch_run_series``: the count the cardinality limit is checked against). Labels are
 ``project`` and ``run``; ``layer`` only on the ``hyperwatch_layer_*`` families and only for runs
 created with ``export_layers: true``. No step or metric-name labels: per-step detail stays in SQL.
 NaN and +-Inf are exported as themselves (the exposition format has NaN, +Inf and -Inf).
@@ -34,7 +37,7 @@ from hyperwatch.monitor.core.errors import MonitorError
 from hyperwatch.monitor.detect.learned import effective_thresholds
 from hyperwatch.monitor.detectors import SPIKE_METRICS, step_baseline
 from hyperwatch.monitor.store.base import Store
-from hyperwatch.monitor.store.entities import LatestValue
+from hyperwatch.monitor.store.entities import ActiveRun, LatestValue
 
 log = logging.getLogger(__name__)
 
@@ -118,11 +121,13 @@ class RunCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
-            latest = self.store.latest_for_active_runs()
+            # the gauges' metrics only: a run's other series (any number of user.* names) cost nothing here
+            latest = self.store.latest_for_active_runs(list(RUN_GAUGES))
+            runs = self.store.active_runs()
         except MonitorError as exc:  # a scrape must still return the service metrics
             log.warning("run gauges skipped: %s", exc)
             return
-        yield from self._latest(latest)
+        yield from self._latest(latest, runs)
         try:
             yield from self._spike_baselines(latest)
             yield from self._trend_thresholds(latest)
@@ -209,18 +214,15 @@ class RunCollector(Collector):
             floor[name].add_metric([project, run], th[f"{name}_min"])
         return [*base.values(), *deviation.values(), *floor.values(), relative, mad_multiple]
 
-    def _latest(self, latest: list[LatestValue]) -> Iterator[GaugeMetricFamily]:
+    def _latest(self, latest: list[LatestValue], runs: list[ActiveRun]) -> Iterator[GaugeMetricFamily]:
         per_run: dict[tuple[str, str], dict[str, list[tuple[int | None, int, float]]]] = defaultdict(
             lambda: defaultdict(list)
         )
         export_layers: dict[tuple[str, str], bool] = {}
-        last_seen: dict[tuple[str, str], float] = {}
         for lv in latest:
             key = (lv.project, lv.run)
             per_run[key][lv.name].append((lv.layer, lv.step, lv.value))
             export_layers[key] = lv.export_layers
-            if lv.last_point_at is not None:
-                last_seen[key] = lv.last_point_at.timestamp()
         labels = ["project", "run"]
         fams = {
             m: GaugeMetricFamily(f"hyperwatch_run_{suffix}", help_, labels=labels)
@@ -240,29 +242,32 @@ class RunCollector(Collector):
         seen = GaugeMetricFamily(
             "hyperwatch_run_last_point_timestamp_seconds", "Unix time the run last sent points", labels=labels
         )
-        for key, names in per_run.items():
-            lab = list(key)
+        series = GaugeMetricFamily(
+            "hyperwatch_run_series",
+            "Distinct (metric name, layer) series the run holds (HYPERWATCH_MAX_SERIES_PER_RUN caps it)",
+            labels=labels,
+        )
+        for run in runs:
+            lab = [run.project, run.run]
+            step.add_metric(lab, float(run.last_step))
+            series.add_metric(lab, float(run.series_count))
+            if run.last_point_at is not None:
+                seen.add_metric(lab, run.last_point_at.timestamp())
+            names = per_run.get((run.project, run.run), {})
             nonfinite = False
-            newest = 0
             for name, rows in names.items():
-                newest = max([newest, *(s for _, s, _ in rows)])
-                if name not in RUN_GAUGES:
-                    continue
                 top = max(s for _, s, _ in rows)
                 at_top = [v for _, s, v in rows if s == top]
                 nonfinite = nonfinite or any(not math.isfinite(v) for v in at_top)
                 fams[name].add_metric(lab, _max(at_top))
-                if export_layers.get(key) and name in layer_fams:
+                if export_layers.get((run.project, run.run)) and name in layer_fams:
                     for layer, _s, v in rows:
                         if layer is not None:
                             layer_fams[name].add_metric([*lab, str(layer)], v)
             nan_flag.add_metric(lab, 1.0 if nonfinite else 0.0)
-            step.add_metric(lab, float(newest))
-            if key in last_seen:
-                seen.add_metric(lab, last_seen[key])
         yield from fams.values()
         yield from layer_fams.values()
-        yield from (nan_flag, step, seen)
+        yield from (nan_flag, step, seen, series)
 
 
 def build_registry(store: Store, registry: CollectorRegistry | None = None) -> CollectorRegistry:

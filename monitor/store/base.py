@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import Point
+from hyperwatch.monitor.store.cardinality import SeriesLimits
 from hyperwatch.monitor.store.entities import (
+    ActiveRun,
     Alert,
     Group,
     GroupThresholds,
@@ -50,6 +52,9 @@ DetectorFor = Callable[[int, GroupThresholds | None], Detector | None]
 
 
 class Store(ABC):
+    series_limits: SeriesLimits = SeriesLimits()
+    """What a batch may add (monitor.store.cardinality); ``create_app`` sets the service's settings."""
+
     # schema and health
     @abstractmethod
     def ping(self) -> None:
@@ -151,7 +156,11 @@ class Store(ABC):
     def layer_matrix(self, run_id: int, name: str, buckets: int, start: int | None, end: int | None) -> LayerMatrix: ...
 
     @abstractmethod
-    def list_series(self, run_id: int) -> list[SeriesInfo]: ...
+    def list_series(
+        self, run_id: int, limit: int | None = None, after: tuple[str, int | None] | None = None
+    ) -> list[SeriesInfo]:
+        """The run's series with their latest point, in (name, layer) order (run level first): at most
+        ``limit`` (None: ``series_limits.per_run``), those after ``after`` = (name, layer) when given."""
 
     @abstractmethod
     def run_heads(self, run_ids: Sequence[int]) -> dict[int, tuple[int | None, str]]:
@@ -210,4 +219,9 @@ class Store(ABC):
         """Incidents (alert events grouped per run, rule and episode), most recently active first."""
 
     @abstractmethod
-    def latest_for_active_runs(self) -> list[LatestValue]: ...
+    def latest_for_active_runs(self, names: Sequence[str] | None = None) -> list[LatestValue]:
+        """The latest point of each series of the running runs, of the metrics ``names`` only when given."""
+
+    @abstractmethod
+    def active_runs(self) -> list[ActiveRun]:
+        """The running runs that have points: their last step, last write and series count."""

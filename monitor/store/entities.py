@@ -185,3 +185,15 @@ class LatestValue:
     last_point_at: datetime | None
     run_id: int = 0
     group_id: int | None = None  # whose thresholds the spike gauges use (None: the defaults)
+
+
+@dataclass(frozen=True)
+class ActiveRun:
+    """A running run that has points: what /metrics exports for it besides its gauges' values."""
+
+    project: str
+    run: str
+    run_id: int
+    last_step: int
+    last_point_at: datetime | None
+    series_count: int  # distinct (name, layer) series (runs.series_count, monitor.store.cardinality)

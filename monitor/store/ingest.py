@@ -45,9 +45,11 @@ from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.store import repair
 from hyperwatch.monitor.store.entities import GroupThresholds
 from hyperwatch.monitor.store.models import GroupRow, ProjectRow, RunRow
-from hyperwatch.monitor.store.points import SortedBatch, latest_steps, now_utc, write_points
+from hyperwatch.monitor.store.points import SortedBatch, now_utc, write_points
 
 MAX_CACHED_RUNS = 256
+MAX_CACHED_SERIES = 1_000_000
+"""Series held in all (~200 bytes each): 256 runs at the 20,000 series a run may hold would be ~1 GB."""
 
 
 class Duplicate(Exception):
@@ -62,17 +64,20 @@ class LatestSteps:
     """Per run: each series' latest stored step and its value (by :func:`points.series_code`), as of an
     ingest token: ``series_latest`` as the batch with that token left it.
 
-    Thread-safe; keeps the ``MAX_CACHED_RUNS`` runs written most recently. Two writers of one run in
-    this process may record their steps in either order: the older then stands, its token no longer
-    matches the row, and the next writer reads the steps again (a miss, never a wrong answer). The
-    live pages read the values (:meth:`newest`) the same way: only when the run's row still holds the
-    token they were recorded with (another process's write, or none recorded, is a miss and a read).
+    Thread-safe; keeps the ``MAX_CACHED_RUNS`` runs written most recently, fewer when together they
+    hold more than ``MAX_CACHED_SERIES`` series (issue 37: memory bounded however many series runs
+    hold). Two writers of one run in this process may record their steps in either order: the older
+    then stands, its token no longer matches the row, and the next writer reads the steps again (a
+    miss, never a wrong answer). The live pages read the values (:meth:`newest`) the same way: only
+    when the run's row still holds the token they were recorded with (another process's write, or
+    none recorded, is a miss and a read).
     """
 
-    def __init__(self, max_runs: int = MAX_CACHED_RUNS) -> None:
+    def __init__(self, max_runs: int = MAX_CACHED_RUNS, max_series: int = MAX_CACHED_SERIES) -> None:
         self._runs: OrderedDict[int, tuple[int, dict[int, int], dict[int, float]]] = OrderedDict()
         self._lock = threading.Lock()
-        self._max = max_runs
+        self._max, self._max_series = max_runs, max_series
+        self._series = 0  # series held, all runs together
         self.hits = self.misses = 0  # for the tests and the benchmark
         self.read_hits = self.read_misses = 0  # the live reads' (:meth:`newest`)
 
@@ -81,7 +86,8 @@ class LatestSteps:
         return found if found is not None and found[0] == token else None
 
     def get(self, run_id: int, token: int) -> tuple[dict[int, int], dict[int, float]] | None:
-        """The steps and values as of ``token`` (not to be changed: :meth:`put` new dicts), or None."""
+        """The steps and values as of ``token`` (read them only; the writer that got them changes them
+        after its commit, through :meth:`advance`, under the lock), or None."""
         with self._lock:
             found = self._entry(run_id, token)
             if found is None:
@@ -93,10 +99,45 @@ class LatestSteps:
 
     def put(self, run_id: int, token: int, steps: dict[int, int], values: dict[int, float]) -> None:
         with self._lock:
-            self._runs[run_id] = (token, steps, values)
-            self._runs.move_to_end(run_id)
-            while len(self._runs) > self._max:
-                self._runs.popitem(last=False)
+            self._hold(run_id, token, steps, values, [], [])
+
+    def _hold(
+        self,
+        run_id: int,
+        token: int,
+        steps: dict[int, int],
+        values: dict[int, float],
+        new_steps: list[tuple[int, int]],
+        new_values: list[tuple[int, float]],
+    ) -> None:
+        """(Under the lock.) Hold ``steps``/``values`` with the new entries applied, as of ``token``."""
+        old = self._runs.pop(run_id, None)
+        held = 0 if old is None else len(old[1])  # counted before the update: the dicts may be the same
+        steps.update(new_steps)
+        values.update(new_values)
+        self._series += len(steps) - held
+        self._runs[run_id] = (token, steps, values)
+        while len(self._runs) > self._max or (self._series > self._max_series and len(self._runs) > 1):
+            _rid, (_t, dropped, _v) = self._runs.popitem(last=False)
+            self._series -= len(dropped)
+
+    def advance(
+        self,
+        run_id: int,
+        token: int,
+        known: tuple[dict[int, int], dict[int, float]],
+        steps: list[tuple[int, int]],
+        values: list[tuple[int, float]],
+    ) -> None:
+        """After a batch's commit: its series' new steps and values into ``known`` (what :meth:`get`
+        or the database gave the writer), in place, and ``known`` held as of ``token``.
+
+        In place, not copied: a batch costs what it holds, not what its run holds (a run of 20,000
+        series once cost a 20,000-entry copy per batch). Safe: the run's row lock lets one writer at
+        a time get the dicts at a matching token, and a writer changes them only here, under the
+        lock that :meth:`newest` reads them under."""
+        with self._lock:
+            self._hold(run_id, token, known[0], known[1], steps, values)
 
     def newest(self, run_id: int, token: int, step: int) -> list[tuple[int, float]] | None:
         """(series code, value) of every series whose latest step is ``step``, as of ``token``; None if
@@ -108,7 +149,7 @@ class LatestSteps:
                 return None
             self.read_hits += 1
             steps, values = found[1], found[2]
-        return [(code, values[code]) for code, s in steps.items() if s == step]
+            return [(code, values[code]) for code, s in steps.items() if s == step]
 
 
 def _lock_statement(by_name: bool, has_points: bool) -> Any:
@@ -190,29 +231,25 @@ def store_points(
     conn: Connection,
     cache: LatestSteps,
     run_id: int,
-    prior: int,
     token: int,
     batch: SortedBatch,
+    known: tuple[dict[int, int], dict[int, float]],
 ) -> tuple[int, Callable[[], None]]:
     """Write a claimed, non-empty batch of a locked run; (hot rows moved, what to do once it commits).
 
-    The series' latest steps come from ``cache`` when it holds the run as of ``prior`` (the token the
-    locked row held), else from ``series_latest``; the returned callable records the steps after the
-    batch in ``cache`` as of ``token`` (the batch's own: call it only after the commit).
+    ``known``: the series' latest steps and values as of the lock, from ``cache`` when it holds the
+    run as of the token the locked row held, else from ``series_latest`` (``points.latest_steps``);
+    the returned callable records the steps after the batch in ``cache`` as of ``token`` (the
+    batch's own: call it only after the commit).
     """
-    known = cache.get(run_id, prior)
-    if known is None:
-        known = latest_steps(conn, run_id)
-    known_steps, known_values = known
+    known_steps = known[0]
     codes = batch.codes.tolist()
     before = np.array([known_steps.get(c, -1) for c in codes], dtype=np.int64)
     moved, after = write_points(conn, run_id, token, batch, before)
-    steps = dict(known_steps)
-    steps.update(zip(codes, after.tolist()))
+    steps = list(zip(codes, after.tolist()))
     # series_latest's rule (points._write_latest): a series' value is replaced when the batch reaches
     # its latest step (a re-sent latest step too), never by a late step
     newer = (batch.step[batch.ends - 1] >= before).tolist()
     last_values = batch.value[batch.ends - 1].tolist()
-    values = dict(known_values)
-    values.update((c, v) for c, v, n in zip(codes, last_values, newer) if n)
-    return moved, lambda: cache.put(run_id, token, steps, values)
+    values = [(c, v) for c, v, n in zip(codes, last_values, newer) if n]
+    return moved, lambda: cache.advance(run_id, token, known, steps, values)

@@ -140,6 +140,8 @@ class ProjectRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # the series of all its runs (migration 0011, monitor.store.cardinality)
+    series_count: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
 
 
 class GroupRow(Base):
@@ -193,6 +195,8 @@ class RunRow(Base):
     prior_token: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))  # before the last batch
     # the hooks process that writes the run (migration 0009, monitor.store.identity); None = any client
     attach_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # distinct (name, layer) series, = its series_latest rows (migration 0011, monitor.store.cardinality)
+    series_count: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 

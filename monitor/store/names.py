@@ -19,7 +19,7 @@ Issue 25: a refused request used to exhaust the id sequence for everyone, and ea
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
@@ -79,6 +79,12 @@ def name_ids(conn: Connection, names: Sequence[str], cache: dict[str, int]) -> d
     transaction; a name inserted here is not cached, since the transaction may still roll back.
     """
     check_name_count(len(names))
+    out = known_ids(conn, names, cache)
+    return register(conn, [n for n in names if n not in out], out)
+
+
+def known_ids(conn: Connection, names: Sequence[str], cache: dict[str, int]) -> dict[str, int]:
+    """The ids of those of ``names`` registered already (cache, then one ``SELECT``); nothing inserted."""
     out = {n: cache[n] for n in names if n in cache}
     missing = [n for n in names if n not in out]
     if not missing:
@@ -87,9 +93,32 @@ def name_ids(conn: Connection, names: Sequence[str], cache: dict[str, int]) -> d
     found = dict(conn.exec_driver_sql(_SELECT[dialect], (_param(conn, missing),)).cursor.fetchall())
     cache.update(found)
     out.update(found)
-    new = [n for n in missing if n not in found]
+    return out
+
+
+def register(
+    conn: Connection,
+    new: Sequence[str],
+    out: dict[str, int],
+    max_names: int | None = None,
+    too_many: Callable[[int, int, Sequence[str]], MonitorError] | None = None,
+) -> dict[str, int]:
+    """Insert ``new`` (names :func:`known_ids` did not find) and add their ids to ``out`` (returned).
+
+    ``max_names``: refuse (raise ``too_many(max_names, ids used, new)``) when a new name would get an
+    id above it: checked against the highest id before the ``INSERT`` (so a refusal draws no id), and
+    against the ids drawn after it (ids increase, so no id above the limit is stored whatever writers
+    race; a loser's drawn ids are lost, as with any rollback). See monitor.store.cardinality.
+    """
     if not new:
         return out
+    dialect = "postgresql" if conn.dialect.name == "postgresql" else "sqlite"
+    refuse = too_many or _too_many
+    if max_names is not None:
+        # before the INSERT: on PostgreSQL a refused INSERT would still draw (and lose) an id per name
+        top = conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM metric_names").scalar() or 0
+        if top + len(new) > max_names:
+            raise refuse(max_names, top, new)
     try:
         conn.exec_driver_sql(_INSERT[dialect], (_param(conn, new),))
     except DBAPIError as exc:
@@ -101,8 +130,17 @@ def name_ids(conn: Connection, names: Sequence[str], cache: dict[str, int]) -> d
                 f"({_first_line(exc)})"
             ) from exc
         raise
-    out.update(conn.exec_driver_sql(_SELECT[dialect], (_param(conn, new),)).cursor.fetchall())
+    found = dict(conn.exec_driver_sql(_SELECT[dialect], (_param(conn, new),)).cursor.fetchall())
+    if max_names is not None and found and max(found.values()) > max_names:  # a writer raced this one
+        raise refuse(max_names, max(found.values()) - len(new), new)
+    out.update(found)
     return out
+
+
+def _too_many(limit: int, used: int, new: Sequence[str]) -> MonitorError:
+    return InvalidInputError(
+        f"points: {len(new)} new metric name(s) after {used:,} would exceed the limit of {limit:,} names"
+    )
 
 
 def _first_line(exc: DBAPIError) -> str:

@@ -7,14 +7,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine, Row
 
-from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.monitor.core.errors import InvalidInputError, NotFoundError
 from hyperwatch.monitor.store import migrate, names, repair
 from hyperwatch.monitor.store.base import Store
+from hyperwatch.monitor.store.cardinality import SeriesLimits
 from hyperwatch.monitor.store.engine import BUSY_TIMEOUT_MS, make_engine, managed, retry_busy
 from hyperwatch.monitor.store.entities import (
     ACTIVE_STATUS,
@@ -61,6 +60,7 @@ class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, Store):
         self._id_names: dict[int, str] = {}
         self.hot_vacuum = HotVacuum(self.engine)
         self.latest_steps = LatestSteps()
+        self.series_limits = SeriesLimits()  # create_app sets the service's (monitor.store.cardinality)
 
     # -- health ----------------------------------------------------------------------------------
     def ping(self) -> None:
@@ -100,12 +100,6 @@ class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, Store):
             known = dict(self._name_ids)  # one C-level copy: other threads may add names meanwhile
             self._id_names = {i: n for n, i in known.items()}
         return self._id_names
-
-    def _used_name_ids(self, conn: Connection, columns: PointColumns) -> dict[str, int]:
-        """Ids of the names the points use (registered if new); a header's unused names get -1, stored nowhere."""
-        used = [columns.names[i] for i in np.unique(columns.name_index).tolist()]
-        ids = names.name_ids(conn, used, self._name_ids)
-        return {n: ids.get(n, -1) for n in columns.names}
 
     def _run_query(self) -> Any:
         return (

@@ -12,12 +12,13 @@ from sqlalchemy.engine import Connection, Engine
 from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.core.errors import NotFoundError
+from hyperwatch.monitor.store import cardinality, incidents
 from hyperwatch.monitor.store import downsample as ds
-from hyperwatch.monitor.store import incidents
 from hyperwatch.monitor.store.base import Detector, DetectorFor
 from hyperwatch.monitor.store.engine import managed, retry_busy
 from hyperwatch.monitor.store.entities import (
     ACTIVE_STATUS,
+    ActiveRun,
     Alert,
     IngestResult,
     LatestValue,
@@ -47,6 +48,7 @@ from hyperwatch.monitor.store.points import (
     claim_batch,
     dialect_insert,
     from_sql_value,
+    latest_steps,
     layer_of,
     now_utc,
     sql_layer,
@@ -96,17 +98,17 @@ class _ConnWindows:
 
 
 class SeriesMixin:
-    """Needs ``engine``, ``_name_id``, ``_used_name_ids`` and ``_get_run`` from the class it is mixed into."""
+    """Needs ``engine``, ``_name_id``, ``_name_ids`` and ``_get_run`` from the class it is mixed into."""
 
     engine: Engine
     hot_vacuum: HotVacuum
     latest_steps: LatestSteps
+    series_limits: cardinality.SeriesLimits
+    _name_ids: dict[str, int]
 
     if TYPE_CHECKING:  # provided by SqlStore
 
         def _name_id(self, conn: Connection, name: str, create: bool = True) -> int | None: ...
-
-        def _used_name_ids(self, conn: Connection, columns: PointColumns) -> dict[str, int]: ...
 
         def _get_run(self, conn: Connection, run_id: int) -> Run: ...
 
@@ -152,8 +154,12 @@ class SeriesMixin:
                     raise Duplicate(run_id, seen)
                 alerts: list[NewAlert] = []
                 if len(columns):
-                    batch = SortedBatch.of(columns, self._used_name_ids(conn, columns))
-                    moved, committed = store_points(conn, self.latest_steps, run_id, prior, token, batch)
+                    known = self.latest_steps.get(run_id, prior) or latest_steps(conn, run_id)
+                    # the limits before any name is registered (monitor.store.cardinality): a refused batch
+                    # rolls back having drawn no name id, counted nothing and stored nothing
+                    ids = cardinality.admit(conn, run_id, what, columns, known[0], self._name_ids, self.series_limits)
+                    batch = SortedBatch.of(columns, ids)
+                    moved, committed = store_points(conn, self.latest_steps, run_id, token, batch, known)
                 detector = None if detector_for is None else detector_for(run_id, group)
                 if detector is not None:
                     # same transaction: the batch and its alerts commit together or not at all (a retried
@@ -219,10 +225,19 @@ class SeriesMixin:
                 matrix.append(row)
             return LayerMatrix(run_id, name, layers, [lo + i * w for i in range(n)], w, matrix)
 
-    def list_series(self, run_id: int) -> list[SeriesInfo]:
+    def list_series(
+        self, run_id: int, limit: int | None = None, after: tuple[str, int | None] | None = None
+    ) -> list[SeriesInfo]:
+        """At most ``limit`` series (default: the per-run series limit, so even a run flooded before the
+        limit existed is read in bounded time and memory), those after ``after`` (name, layer) in order."""
+        size = self.series_limits.per_run if limit is None else limit
+        q = _SERIES_OF_RUN
+        if after is not None:
+            name, layer = after[0], sql_layer(after[1])
+            q = q.where((MetricNameRow.name > name) | ((MetricNameRow.name == name) & (SeriesLatestRow.layer > layer)))
         with managed(self.engine, f"list series of run {run_id}") as conn:
             self._get_run(conn, run_id)
-            rows = conn.execute(_SERIES_OF_RUN, {"run_id": run_id})
+            rows = conn.execute(q.limit(size), {"run_id": run_id})
             return [SeriesInfo(n, api_layer(la), s, from_sql_value(v)) for n, la, s, v in rows]
 
     def run_heads(self, run_ids: Sequence[int]) -> dict[int, tuple[int | None, str]]:
@@ -351,7 +366,16 @@ class SeriesMixin:
                 for r in conn.execute(q)
             ]
 
-    def latest_for_active_runs(self) -> list[LatestValue]:
+    def active_runs(self) -> list[ActiveRun]:
+        q = (
+            select(ProjectRow.name, RunRow.name, RunRow.id, RunRow.last_step, RunRow.last_point_at, RunRow.series_count)
+            .join(ProjectRow, ProjectRow.id == RunRow.project_id)
+            .where(RunRow.status == ACTIVE_STATUS, RunRow.last_step.is_not(None))
+        )
+        with managed(self.engine, "read the active runs' progress") as conn:
+            return [ActiveRun(p, r, rid, int(s or 0), as_utc(t), int(n)) for p, r, rid, s, t, n in conn.execute(q)]
+
+    def latest_for_active_runs(self, names: Sequence[str] | None = None) -> list[LatestValue]:
         q = (
             select(
                 ProjectRow.name,
@@ -371,6 +395,8 @@ class SeriesMixin:
             .join(MetricNameRow, MetricNameRow.id == SeriesLatestRow.name_id)
             .where(RunRow.status == ACTIVE_STATUS)
         )
+        if names is not None:  # /metrics: its gauges' names only, whatever else the runs log (issue 37)
+            q = q.where(MetricNameRow.name.in_(list(names)))
         with managed(self.engine, "read latest values of active runs") as conn:
             return [
                 LatestValue(p, r, bool(e), n, api_layer(la), s, from_sql_value(v), as_utc(t), rid, gid)

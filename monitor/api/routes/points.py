@@ -50,6 +50,10 @@ INGEST_DOC = f"""Store one batch of points (the hooks wire format).
   `HYPERWATCH_MAX_POINTS_PER_BATCH`, at most hooks.schema.MAX_POINTS_PER_BATCH), distinct metric
   names per batch (422, {MAX_NAMES_PER_BATCH}, checked before any database work; a columnar
   header's names that no point uses are not registered); every invalid field is a 422 naming it.
+- Cardinality (409, the batch refused whole, nothing stored): distinct (name, layer) series per run
+  (`HYPERWATCH_MAX_SERIES_PER_RUN`), per project (`HYPERWATCH_MAX_SERIES_PER_PROJECT`) and metric
+  names in the database (`HYPERWATCH_MAX_METRIC_NAMES`); the message names the limit, the count and
+  the setting. A batch using only series the run has is always within them.
 - The service's detectors run on the new points; the reply counts the alert events raised. A run
   at its group's largest size is also checked against the band its smaller runs forecast for it
   (`forecast_band`, see `GET /api/v1/runs/{{run_id}}/forecast`).
@@ -68,6 +72,7 @@ INGEST_DOC = f"""Store one batch of points (the hooks wire format).
         404: {"description": "unknown run"},
         413: {"description": "body too large"},
         415: {"description": "a Content-Type other than JSON or the columns body"},
+        409: {"description": "the batch would take its run, project or the database past a cardinality limit"},
         422: {"description": "invalid field (named in the message), too many points or too many names"},
         507: {"description": "every metric-name id is in use: a new name cannot be stored (the request is valid)"},
     },

@@ -10,7 +10,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 from pydantic import ValidationError
 
+from hyperwatch.monitor.api import series_cursor, series_pages
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
+from hyperwatch.monitor.api.params import Limit, Offset, int_query
 from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.detect import learned
 from hyperwatch.monitor.schemas import RunCreate, RunOut, RunUpdate, SeriesInfoOut, Status
@@ -18,6 +20,15 @@ from hyperwatch.monitor.store import identity
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import Run
 from hyperwatch.monitor.views import run_view
+
+DEFAULT_SERIES_PAGE = 5_000
+"""Far above a real run's series (a 64-layer model with 16 heads logs ~1,700), so one page is the run."""
+MAX_SERIES_PAGE = 20_000
+SERIES_INDEX_DOC = f"""Each (name, layer) series of the run with its latest step and value, in (name, layer)
+order (the run-level series of a name first). At most `limit` series per answer (default
+{DEFAULT_SERIES_PAGE:,}, at most {MAX_SERIES_PAGE:,}): when there are more, the answer carries the header
+`X-Next-Cursor`; send its value back as `cursor` for the next page. A run holds at most
+`HYPERWATCH_MAX_SERIES_PER_RUN` series (409 on ingest beyond it), so every page costs what it holds."""
 
 router = APIRouter(tags=["runs"])
 log = logging.getLogger(__name__)
@@ -82,8 +93,8 @@ def list_runs(
     group: str | None = None,
     tag: Annotated[list[str] | None, Query(description="repeat for runs having every tag")] = None,
     status: Status | None = None,
-    limit: Annotated[int, Query(ge=1)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Limit = 100,
+    offset: Offset = 0,
 ) -> list[RunOut]:
     limit = min(limit, settings.max_page_size)
     runs = store.list_runs(project, group, tag or (), status, limit, offset)
@@ -108,7 +119,19 @@ def update_run(run_id: int, body: RunUpdate, store: StoreDep) -> RunOut:
     "/runs/{run_id}/series_index",
     response_model=list[SeriesInfoOut],
     dependencies=[ReadAuth],
-    summary="Every series of a run with its latest point",
+    summary="The series of a run with their latest point, a page at a time",
+    description=SERIES_INDEX_DOC,
 )
-def series_index(run_id: int, store: StoreDep) -> list[SeriesInfoOut]:
-    return [SeriesInfoOut.model_validate(s) for s in store.list_series(run_id)]
+def series_index(
+    run_id: int,
+    store: StoreDep,
+    limit: Annotated[
+        int, int_query("limit", 1, MAX_SERIES_PAGE, f"series per page (at most {MAX_SERIES_PAGE:,})")
+    ] = DEFAULT_SERIES_PAGE,
+    cursor: Annotated[
+        str | None, Query(max_length=300, description="X-Next-Cursor of the page before; omit for the first")
+    ] = None,
+) -> Response:
+    body, last = series_pages.pages.get(store, run_id, limit, series_cursor.decode(cursor))
+    headers = {} if last is None else {"X-Next-Cursor": series_cursor.encode(last.name, last.layer)}
+    return Response(body, media_type="application/json", headers=headers)
