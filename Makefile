@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/migration.py
 	$(BIN)/python bench/dashboard.py
 	$(BIN)/python bench/live.py
+	$(BIN)/python bench/load_live.py
 	$(BIN)/python bench/page_open.py
 	$(BIN)/python bench/demo_threads.py
 	$(BIN)/python bench/learn_refresh.py

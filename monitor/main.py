@@ -19,6 +19,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from hyperwatch import __version__
+from hyperwatch.monitor.api.body_errors import is_long_integer, long_integer_error
+from hyperwatch.monitor.api.connections import LiveConnectionCap
 from hyperwatch.monitor.api.deps import ReadSlots, ids_in_range
 from hyperwatch.monitor.api.docs import add_local_docs
 from hyperwatch.monitor.api.middleware import BodySizeLimit, RequestTiming
@@ -29,6 +31,7 @@ from hyperwatch.monitor.core.errors import MonitorError, StoreFullError
 from hyperwatch.monitor.forecast_alerts import ForecastWatches
 from hyperwatch.monitor.prometheus import DATABASE_ERRORS, build_registry
 from hyperwatch.monitor.store import SqlStore, Store
+from hyperwatch.monitor.store.cardinality import SeriesLimits
 from hyperwatch.monitor.store.engine import DB_ERRORS_HOOK
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,9 @@ BODY_PARSE_MESSAGE = (
 def create_app(settings: Settings, store: Store | None = None, registry: CollectorRegistry | None = None) -> FastAPI:
     """Build the app; raises SchemaOutOfDateError (naming ``hyperwatch db upgrade``) on an old schema."""
     store = store if store is not None else SqlStore(settings.database_url)
+    store.series_limits = SeriesLimits(
+        settings.max_series_per_run, settings.max_series_per_project, settings.max_metric_names
+    )
     if settings.check_schema:
         store.check_schema()
     if settings.dev_mode and settings.write_token is None:
@@ -89,6 +95,10 @@ def create_app(settings: Settings, store: Store | None = None, registry: Collect
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 400 and exc.detail == _FASTAPI_PARSE_ERROR:
             # FastAPI's words for a body json.loads could not take (not UTF-8, nested too deep, ...).
+            error = long_integer_error(await request.body()) if is_long_integer(exc.__cause__) else None
+            if error is not None:  # one field too large to read: a 422 naming it, as any bad field
+                message = f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+                return JSONResponse({"detail": [error], "message": message}, status_code=422)
             exc = StarletteHTTPException(400, BODY_PARSE_MESSAGE)
         return await http_exception_handler(request, exc)
 
@@ -125,5 +135,9 @@ def create_app(settings: Settings, store: Store | None = None, registry: Collect
             allow_headers=["Authorization", "Content-Type"],
         )
     app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
+    live_paths = (f"{API_PREFIX}/live", f"{API_PREFIX}/live/stream")  # open live requests, capped (issue 37)
+    app.add_middleware(
+        LiveConnectionCap, paths=live_paths, per_client=settings.live_max_per_client, total=settings.live_max_total
+    )
     app.add_middleware(RequestTiming, prefixes=(API_PREFIX,))
     return app

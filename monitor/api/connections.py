@@ -18,6 +18,9 @@ when its connection is waiting for the client (:meth:`ConnectionGuard.waiting_fo
 h11 stays the default: bench/http_overhead.py measured httptools (with uvloop) ~0.15 ms faster per
 512-point batch, under a tenth of the HTTP overhead and within the noise of a whole ingest (issue 16).
 
+:class:`LiveConnectionCap` bounds the other long-lived kind: live requests (a stream lasts up to 30 s),
+per client and in all, refused with ``Retry-After`` before they start.
+
 On a network (``--host 0.0.0.0``) a fronting proxy (nginx, Caddy, a cloud load balancer) with its
 own timeouts remains the recommended setup; these limits keep the bare service safe without one.
 """
@@ -26,10 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 import h11
+from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from hyperwatch.monitor.serve_options import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT_S, HTTP_CHOICES
@@ -166,3 +171,74 @@ def guarded_protocol(request_timeout: float, max_connections: int, http: str = "
     base = _httptools_protocol() if use_httptools else GuardedH11Protocol
     attrs = {"request_timeout": float(request_timeout), "max_connections": int(max_connections)}
     return type(base.__name__, (base,), attrs)
+
+
+LIVE_RETRY_AFTER_S = 5
+"""What a refused live request is told to wait (``Retry-After``) before it asks again."""
+
+
+class LiveConnectionCap:
+    """ASGI middleware: at most ``per_client`` open live requests (long polls and streams, ``paths``)
+    from one client and ``total`` in all; the excess is refused before its stream starts, 429 (that
+    client's share) or 503 (the service's), with ``Retry-After`` and a message naming the setting.
+
+    The client is ``scope["client"]``: the peer address, or the address a trusted proxy forwarded
+    (uvicorn's ``--proxy-headers`` with ``--forwarded-allow-ips``, as for every other route), so
+    pages behind one proxy that forwards no address share one client's share.
+    """
+
+    def __init__(self, app: ASGIApp, paths: tuple[str, ...], per_client: int, total: int) -> None:
+        if per_client < 1 or total < 1:
+            raise ValueError(
+                f"HYPERWATCH_LIVE_MAX_PER_CLIENT ({per_client}) and HYPERWATCH_LIVE_MAX_TOTAL ({total}) must be >= 1"
+            )
+        self.app, self.paths, self.per_client, self.total = app, frozenset(paths), per_client, total
+        self.open: dict[str, int] = {}
+        self.open_total = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        client = scope.get("client")
+        who = str(client[0]) if client else "unknown"
+        refusal = self._refusal(who)
+        if refusal is not None:
+            await _refuse(send, *refusal)
+            return
+        self.open[who] = self.open.get(who, 0) + 1
+        self.open_total += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.open_total -= 1
+            left = self.open[who] - 1
+            if left:
+                self.open[who] = left
+            else:
+                del self.open[who]
+
+    def _refusal(self, who: str) -> tuple[int, str] | None:
+        if self.open.get(who, 0) >= self.per_client:
+            return 429, (
+                f"{self.per_client} live requests from {who} are open already, the limit per client "
+                f"(HYPERWATCH_LIVE_MAX_PER_CLIENT): close some live pages, or raise the limit; retry after "
+                f"{LIVE_RETRY_AFTER_S} s"
+            )
+        if self.open_total >= self.total:
+            return 503, (
+                f"{self.total} live requests are open, the service's limit (HYPERWATCH_LIVE_MAX_TOTAL): "
+                f"retry after {LIVE_RETRY_AFTER_S} s, or raise the limit"
+            )
+        return None
+
+
+async def _refuse(send: Send, status: int, message: str) -> None:
+    body = json.dumps({"detail": message}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", str(LIVE_RETRY_AFTER_S).encode()),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -52,6 +52,46 @@ class Settings(BaseSettings):
         description="series and figure reads computed at once (0 = no limit; unset: 1 on SQLite, 8 on "
         "PostgreSQL); the others wait without a thread",
     )
+    # bounded cardinality (issue 37): a batch that would exceed one is refused whole with a 409 naming it
+    max_series_per_run: int = Field(
+        default=20_000,
+        ge=1,
+        le=10_000_000,
+        description="distinct (metric name, layer) series one run may hold (a 64-layer model logs ~1,700)",
+    )
+    max_series_per_project: int = Field(
+        default=5_000_000,
+        ge=1,
+        le=2_000_000_000,
+        description="series of all the runs of one project together (~3,000 runs of a 64-layer model)",
+    )
+    max_metric_names: int = Field(
+        default=100_000,
+        ge=1,
+        le=2**31 - 1,
+        description="distinct metric names registered in the database, all projects together",
+    )
+    live_max_per_client: int = Field(
+        default=64,
+        ge=1,
+        le=100_000,
+        description="open live requests (GET /api/v1/live, /live/stream) from one client address; more are "
+        "answered 429 with Retry-After",
+    )
+    live_max_total: int = Field(
+        default=500,
+        ge=1,
+        le=100_000,
+        description="open live requests in all; more are answered 503 with Retry-After (keep it well below "
+        "serve --max-connections: above that, new connections close idle keep-alive ones)",
+    )
+    live_read_threads: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="threads that read the live news (one read per run per change, shared by its watchers), "
+        "apart from the request thread pool",
+    )
     check_schema: bool = Field(default=True, description="refuse to start on an out-of-date schema")
     stale_after_s: float = Field(
         default=900.0, gt=0, description="a running run without points for this long is shown as stale"

@@ -5,21 +5,29 @@ itself (``GET /api/v1/live/stream``: what the pages use, one request for many an
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
-import anyio
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
+from hyperwatch.hooks.schema import MAX_STEP
+from hyperwatch.monitor.api.params import (
+    MAX_INT64,
+    MAX_ROW_ID,
+    ParameterError,
+    float_query,
+    int_query,
+    parse_int,
+    parse_line,
+)
 from hyperwatch.monitor.core.errors import InvalidInputError
-from hyperwatch.monitor.live_notify import FALLBACK_S, news
+from hyperwatch.monitor.live_fanout import Watch, check_runs
+from hyperwatch.monitor.live_fanout import events as _events
+from hyperwatch.monitor.live_fanout import next_answer as _next
+from hyperwatch.monitor.live_notify import FALLBACK_S
 from hyperwatch.monitor.schemas import MetricName, XAxis
-from hyperwatch.monitor.store.entities import Run
-from hyperwatch.monitor.views import MAX_GROUP_RUNS
-from hyperwatch.monitor.views_live import LINE_MODES, Cursor, run_delta, to_json
-from hyperwatch.monitor.views_read import Reader, ReaderDep
+from hyperwatch.monitor.views_live import LINE_MODES, Cursor
+from hyperwatch.monitor.views_read import ReaderDep
 
 router = APIRouter(tags=["query"])  # ReaderDep checks read auth
 
@@ -51,60 +59,25 @@ run moves. The stream ends after `wait` seconds, with a last answer, or after an
 `added` runs (read them whole first); ask again with the cursors drawn. Each answer is {ANSWER}"""
 
 
-def _parse(cursors: list[str]) -> dict[int, Cursor]:
+def parse_cursor(text: str) -> Cursor:
+    """``"<run_id>:<last step drawn>[:<status>]"`` read by the strict rule (:mod:`monitor.api.params`):
+    ASCII digits, the step from -1 (nothing drawn) to the largest step, the id in the id range."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+        raise InvalidInputError(
+            f"cursor: {text[:80]!r} is not '<run_id>:<last step drawn>[:<status>]' (e.g. '12:480:running')"
+        )
     try:
-        parsed = [Cursor.parse(c) for c in cursors]
-    except ValueError as exc:
-        raise InvalidInputError(str(exc)) from exc
+        run_id = parse_int(parts[0], "run id", 0, MAX_ROW_ID)
+        step = parse_int(parts[1], "step", -1, MAX_STEP)
+    except ParameterError as exc:
+        raise ParameterError(f"cursor {text[:80]!r}: {exc} ('<run_id>:<last step drawn>[:<status>]')") from None
+    return Cursor(run_id, step, parts[2] if len(parts) == 3 and parts[2] else None)
+
+
+def _parse(cursors: list[str]) -> dict[int, Cursor]:
+    parsed = [parse_cursor(c) for c in cursors]
     return {c.run_id: c for c in parsed}
-
-
-@dataclass
-class Watch:
-    """What a page watches: its runs' cursors (or every run of a group), the names and lines it draws,
-    the bucket width, the x axis and the largest alert id drawn. Its methods run in a worker thread."""
-
-    read: Reader
-    cursors: dict[int, Cursor]
-    group_id: int | None
-    names: list[str]
-    modes: list[str]
-    every: int
-    x: XAxis
-    alert_after: int
-
-    def runs(self) -> list[Run]:
-        if self.group_id is not None:
-            return self.read.group(self.group_id)[1][:MAX_GROUP_RUNS]
-        return [self.read.run(rid) for rid in self.cursors]  # a run not found: 404
-
-    def attempt(self, last: bool, woken: bool) -> tuple[tuple[dict[str, Any], bytes] | None, list[int]]:
-        """The answer (as a dict and as JSON) if a run moved (or ``last``), else None; and the runs to
-        wait on. Unless a batch of its runs was just stored here (``woken``), whether any moved is one
-        small read."""
-        store, settings = self.read.store, self.read.settings
-        if self.group_id is None and not last and not woken:
-            heads = store.run_heads(list(self.cursors))
-            if all(rid in heads and not c.moved(*heads[rid]) for rid, c in self.cursors.items()):
-                return None, list(self.cursors)
-        runs = self.runs()
-        added = [r.id for r in runs if r.id not in self.cursors]
-        moved = [r for r in runs if r.id in self.cursors and self.cursors[r.id].moved(r.last_step, r.status)]
-        if not (last or added or moved):
-            return None, [r.id for r in runs]
-        answer = {"runs": [
-            run_delta(store, run, self.cursors[run.id], self.names, self.modes, self.every, self.x, self.alert_after,
-                      settings.stale_after_s, settings.max_page_size)
-            for run in runs
-            if run.id in self.cursors
-        ], "added": added}  # fmt: skip
-        return (answer, to_json(answer)), []
-
-    def advance(self, answer: dict[str, Any]) -> None:
-        """Cursors as a page that drew ``answer`` sends them next."""
-        for state in answer["runs"]:
-            self.cursors[state["id"]] = Cursor(state["id"], state["cursor"], state["status"])
-            self.alert_after = max([self.alert_after, *(a["id"] for a in state["alerts"])])
 
 
 async def watch(
@@ -113,16 +86,14 @@ async def watch(
     cursor: Annotated[list[str] | None, Query(description="<run_id>:<last step drawn>[:<status>]; repeat")] = None,
     group_id: Annotated[int | None, Query(description="every run of this group")] = None,
     line: Annotated[list[str] | None, Query(description="mean, max, heat or a layer number; repeat")] = None,
-    every: Annotated[int, Query(ge=1, description="bucket width in steps (the first read's)")] = 1,
+    every: Annotated[int, int_query("every", 1, MAX_STEP, "bucket width in steps (the first read's)")] = 1,
     x: Annotated[XAxis, Query(description="step, tokens, flops or fraction")] = "step",
-    alert_after: Annotated[int, Query(ge=0, description="the largest alert id drawn")] = 0,
+    alert_after: Annotated[int, int_query("alert_after", 0, MAX_INT64, "the largest alert id drawn")] = 0,
 ) -> Watch:
-    """The query both live routes take, checked."""
+    """The query both live routes take, every part checked here (before a stream starts); the line
+    choices go on as canonical text (``"7"``), so the read layer parses nothing."""
     cursors = _parse(cursor or [])
-    modes = line or ["mean", "max"]
-    bad = [m for m in modes if m not in LINE_MODES and not m.isdigit()]
-    if bad:
-        raise InvalidInputError(f"line: {bad[0]!r} is not one of {', '.join(LINE_MODES)} or a layer number")
+    modes = list(dict.fromkeys(parse_line(m, "line", LINE_MODES) for m in line or ["mean", "max"]))
     if not cursors and group_id is None:
         raise InvalidInputError("cursor: give one cursor=<run_id>:<step> per run drawn, or group_id")
     if len(cursors) > read.settings.max_compare_runs:
@@ -131,30 +102,6 @@ async def watch(
 
 
 WatchDep = Annotated[Watch, Depends(watch)]
-
-
-def _pause(deadline: float) -> float:
-    """How long to wait for news: until the deadline, at most FALLBACK_S (then the runs are read again:
-    other replicas, status changes)."""
-    return max(0.0, min(deadline - time.monotonic(), FALLBACK_S))
-
-
-async def _next(
-    page: Watch, deadline: float, woken: bool, gone: Callable[[], Awaitable[bool]] | None = None
-) -> tuple[tuple[dict[str, Any], bytes], bool] | None:
-    """The page's next answer and whether it is the last (the deadline passed); waits on the news of
-    batches stored here, else reads again every FALLBACK_S; nothing is read while neither happens.
-    None when ``gone()`` says nobody reads it any more: asked after a wait without news, not when a
-    batch was just stored (the question costs about as much as the read)."""
-    started = time.monotonic()
-    while True:
-        last = time.monotonic() >= deadline
-        found, ids = await anyio.to_thread.run_sync(page.attempt, last, woken)
-        if found is not None:
-            return found, last
-        if gone is not None and not woken and time.monotonic() - started >= FALLBACK_S and await gone():
-            return None
-        woken = await news.wait_any(ids, _pause(deadline))
 
 
 @router.get(
@@ -167,31 +114,12 @@ async def _next(
 async def live(
     request: Request,
     page: WatchDep,
-    wait: Annotated[float, Query(ge=0, le=30, description="seconds to wait for news")] = 10.0,
+    wait: Annotated[float, float_query("wait", 0, 30, "seconds to wait for news")] = 10.0,
 ) -> Response:
     got = await _next(page, time.monotonic() + wait, False, request.is_disconnected)
     if got is None:
         return Response(status_code=204)  # nobody reads it
     return Response(got[0][1], media_type="application/json")
-
-
-async def _events(page: Watch, wait: float, gap: float) -> AsyncIterator[bytes]:
-    """The stream's answers; a page that goes away cancels it (Starlette listens for the disconnect)."""
-    deadline, woken = time.monotonic() + wait, False
-    while True:
-        got = await _next(page, deadline, woken)
-        assert got is not None  # without gone(), _next always answers
-        (answer, body), last = got
-        yield b"data: " + body + b"\n\n"
-        if last or answer["added"]:
-            return
-        page.advance(answer)
-        counts = {rid: news.count(rid) for rid in page.cursors}
-        await anyio.sleep(gap)
-        # a batch stored here during the gap: answer now; else wait for one (the cursors are current)
-        woken = any(news.count(rid) != n for rid, n in counts.items())
-        if not woken:
-            woken = await news.wait_any(page.cursors, _pause(deadline))
 
 
 @router.get(
@@ -203,8 +131,11 @@ async def _events(page: Watch, wait: float, gap: float) -> AsyncIterator[bytes]:
 )
 async def live_stream(
     page: WatchDep,
-    wait: Annotated[float, Query(ge=0, le=30, description="seconds the stream lasts")] = 10.0,
-    gap: Annotated[float, Query(ge=0, le=10, description="seconds at least between two answers")] = 0.5,
+    wait: Annotated[float, float_query("wait", 0, 30, "seconds the stream lasts")] = 10.0,
+    gap: Annotated[float, float_query("gap", 0, 10, "seconds at least between two answers")] = 0.5,
 ) -> StreamingResponse:
+    # Every run watched is read once before the stream starts: an unknown run or group is a 404
+    # here, not a stream cut after its 200 (the query itself was checked by ``watch``).
+    await check_runs(page)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # a proxy must not hold events back
     return StreamingResponse(_events(page, wait, gap), media_type="text/event-stream", headers=headers)

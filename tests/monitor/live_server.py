@@ -1,0 +1,102 @@
+"""The real service (uvicorn on a free localhost port, in a thread of this process, so a test can count
+its store's statements) and live streams read over real HTTP by one asyncio client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import uvicorn
+from prometheus_client import CollectorRegistry
+
+from hyperwatch.app import create_app
+from hyperwatch.monitor.core.config import Settings
+from hyperwatch.monitor.live_notify import news
+from hyperwatch.monitor.store import SqlStore
+from tests.monitor.conftest import AUTH, WRITE_TOKEN
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve(store: SqlStore, **settings: Any) -> Iterator[str]:
+    """The whole app over HTTP on ``store``; yields its base URL."""
+    url = store.engine.url.render_as_string(hide_password=False)
+    app = create_app(
+        Settings(database_url=url, write_token=WRITE_TOKEN, **settings), store=store, registry=CollectorRegistry()
+    )
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start within 30 s")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@dataclass
+class Stream:
+    """One watcher: the events it received, parsed."""
+
+    params: dict[str, Any]
+    events: list[dict[str, Any]] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)
+    status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    detail: str = ""
+
+    def steps(self, name: str, mode: str) -> list[int]:
+        """Every step of ``name``'s ``mode`` line received, in order."""
+        return [s for ev in self.events for s in ev["runs"][0]["series"].get(name, {}).get(mode, {}).get("step", [])]
+
+
+async def read_stream(client: httpx.AsyncClient, stream: Stream, headers: dict[str, str] | None = None) -> None:
+    """Read ``GET /api/v1/live/stream`` with ``stream.params`` to its end (or a refusal)."""
+    async with client.stream("GET", "/api/v1/live/stream", params=stream.params, headers=headers) as r:
+        stream.status, stream.headers = r.status_code, dict(r.headers)
+        if r.status_code != 200:
+            stream.detail = (await r.aread()).decode()
+            return
+        async for line in r.aiter_lines():
+            if line.startswith("data: "):
+                stream.raw.append(line.encode())
+                stream.events.append(json.loads(line.removeprefix("data: ")))
+
+
+async def until(check: Any, timeout: float = 30.0, what: str = "") -> None:
+    """Wait (on the test's loop) until ``check()`` is true."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        await asyncio.sleep(0.01)
+
+
+def waiting(run_id: int) -> int:
+    """How many requests of the service wait on news of ``run_id`` now."""
+    return len(news._waiters.get(run_id, ()))
+
+
+async def post(client: httpx.AsyncClient, run: str, points: list[dict[str, Any]]) -> None:
+    body = {"batch_id": f"{run}-{time.monotonic_ns()}", "run": run, "points": points}
+    r = await client.post("/api/v1/points", json=body, headers=AUTH)
+    assert r.status_code == 201, r.text
