@@ -35,11 +35,15 @@ class _IndexCache:
     """``store.list_series(run)`` memoised on the run's state (id, last_point_at, updated_at).
 
     Every point write moves ``last_point_at``, so a hit is the same answer the store would give;
-    it saves the figure requests of one page from reading the same index once each per run.
+    it saves the figure requests of one page from reading the same index once each per run. Bounded
+    by entries and by series held in all (``max_series``: a run may hold 20,000 series, so 512 full
+    indexes could otherwise reach ~1.5 GB).
     """
 
-    def __init__(self, size: int = 512) -> None:
+    def __init__(self, size: int = 512, max_series: int = 200_000) -> None:
         self.size = size
+        self.max_series = max_series
+        self.held = 0
         self.items: OrderedDict[tuple[Any, ...], list[SeriesInfo]] = OrderedDict()
         self.lock = threading.Lock()
 
@@ -51,9 +55,12 @@ class _IndexCache:
                 return self.items[key]
         found = store.list_series(run.id)
         with self.lock:
+            old = self.items.pop(key, None)
+            self.held += len(found) - (0 if old is None else len(old))
             self.items[key] = found
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
+            while len(self.items) > self.size or (self.held > self.max_series and len(self.items) > 1):
+                _key, dropped = self.items.popitem(last=False)
+                self.held -= len(dropped)
         return found
 
 
