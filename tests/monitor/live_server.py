@@ -6,48 +6,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import uvicorn
-from prometheus_client import CollectorRegistry
 
-from hyperwatch.app import create_app
-from hyperwatch.monitor.core.config import Settings
 from hyperwatch.monitor.live_notify import news
 from hyperwatch.monitor.store import SqlStore
 from tests.monitor.conftest import AUTH, WRITE_TOKEN
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.server_thread import start
 
 
 @contextlib.contextmanager
 def serve(store: SqlStore, **settings: Any) -> Iterator[str]:
     """The whole app over HTTP on ``store``; yields its base URL."""
-    url = store.engine.url.render_as_string(hide_password=False)
-    app = create_app(
-        Settings(database_url=url, write_token=WRITE_TOKEN, **settings), store=store, registry=CollectorRegistry()
-    )
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start within 30 s")
-        time.sleep(0.02)
+    server, thread, base = start(store, WRITE_TOKEN, **settings)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield base
     finally:
         server.should_exit = True
         thread.join(10)

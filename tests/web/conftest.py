@@ -4,9 +4,7 @@ headless Chromium. Browser tests skip locally when Chromium is missing and fail 
 from __future__ import annotations
 
 import os
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,23 +12,15 @@ from typing import Any
 
 import pytest
 import uvicorn
-from prometheus_client import CollectorRegistry
 
-from hyperwatch.app import create_app
-from hyperwatch.monitor.core.config import Settings
 from hyperwatch.monitor.store import SqlStore, migrate
+from tests.server_thread import start
 from tests.web.browser import chromium, missing_browser
 from tests.web.seed import seed, seed_sweep, seed_xss
 
 WRITE_TOKEN = "web-test-write-token-0123456789"
 READ_TOKEN = "web-test-read-token-0123456789"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -41,20 +31,7 @@ class Live:
 
 
 def serve(store: SqlStore, **settings: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
-    url = store.engine.url.render_as_string(hide_password=False)
-    app = create_app(
-        Settings(database_url=url, write_token=WRITE_TOKEN, **settings), store=store, registry=CollectorRegistry()
-    )
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start within 30 s")
-        time.sleep(0.02)
-    return server, thread, f"http://127.0.0.1:{port}"
+    return start(store, WRITE_TOKEN, **settings)
 
 
 def _live(tmp: Path, **settings: Any) -> Iterator[Live]:
