@@ -4,11 +4,16 @@ They let a team start without the service (which stays the full product: alerts,
 comparison, incidents). Both write the indicators under the same names: ``attention_z`` for
 run-level values, ``attention_z/layer_3`` for layer 3 (a ``/`` groups a metric's layers in both
 UIs), at the same steps; the run's config, the unavailable indicators and the final status go
-with the run. Each library is imported when its sink is built, never before (``pip install
+with the run. TensorBoard gets scalar summaries (what ``EventAccumulator.Scalars`` and the Scalars
+dashboard read); MLflow gets the config as params too (nested keys joined with dots, values as
+strings, as ``mlflow.log_params`` writes them), and its ``hyperwatch.status`` tag follows the run
+to its final status. Each library is imported when its sink is built, never before (``pip install
 'hyperwatch[tensorboard]'`` / ``'hyperwatch[mlflow]'``), so ``hyperwatch.hooks`` still needs only
 torch, numpy and the standard library.
 
-NaN and +-Inf: TensorBoard event files keep both (values are stored as float64 tensors).
+NaN and +-Inf: TensorBoard event files keep both. A scalar summary is a float32 (TensorBoard's
+format), so a value keeps about 7 significant digits and one beyond float32's range (above
+3.4e38) reads back as +-Inf.
 MLflow's file store keeps both; its SQL stores (``sqlite:///...``, PostgreSQL) keep NaN but
 clamp +-Inf to +-1.797e308 (MLflow's own behaviour): the sink then tags the run
 ``hyperwatch.infinite`` with the metric keys that were infinite, so a clamped value can be told
@@ -20,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -65,7 +71,8 @@ class TensorBoardSink(Sink):
     def write(self, batch: Batch) -> None:
         writer = self._need()
         for p in batch.points:
-            writer.add_scalar(metric_key(p), p.value, p.step, new_style=True, double_precision=True)
+            # Scalar summaries (new_style=False): tensor summaries are skipped by Scalars() readers.
+            writer.add_scalar(metric_key(p), p.value, p.step, new_style=False)
 
     def update(self, fields: dict[str, Any]) -> None:
         if self.writer is not None:
@@ -88,7 +95,11 @@ class TensorBoardSink(Sink):
 
 _MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "crashed": "FAILED", "interrupted": "KILLED"}
 _MLFLOW_BATCH = 1000  # metrics per log_batch call (MLflow's limit)
+_PARAMS_BATCH = 100  # params per log_batch call (MLflow's MAX_PARAMS_TAGS_PER_BATCH)
+_KEY_LIMIT = 250  # characters of a param key (MLflow's MAX_ENTITY_KEY_LENGTH)
+_PARAM_LIMIT = 6000  # characters of a param value (MLflow's MAX_PARAM_VAL_LENGTH since 2.x)
 _TAG_LIMIT = 5000  # characters of a tag value kept (MLflow stores up to 8000)
+_BAD_KEY_CHARS = re.compile(r"[^\w.\- /]")  # what MLflow refuses in a key (":" too: Windows does)
 
 
 class MlflowSink(Sink):
@@ -113,6 +124,9 @@ class MlflowSink(Sink):
         for key, value in run.fields.items():
             tags[f"hyperwatch.{key}"] = _clip(value if isinstance(value, str) else json.dumps(sanitize_json(value)))
         self.run_id = self.client.create_run(experiment_id, run_name=run.name, tags=tags).info.run_id
+        params = mlflow_params(run.config)
+        for start in range(0, len(params), _PARAMS_BATCH):
+            self.client.log_batch(self.run_id, params=params[start : start + _PARAMS_BATCH])
 
     def _need(self) -> str:
         if self.run_id is None:
@@ -140,8 +154,35 @@ class MlflowSink(Sink):
             self.client.set_tag(self.run_id, f"hyperwatch.{key}", _clip(text))
 
     def finish(self, status: str) -> None:
-        if self.run_id is not None and status in _MLFLOW_STATUS:
+        if self.run_id is None:
+            return
+        self.client.set_tag(self.run_id, "hyperwatch.status", _clip(status))  # created as "running"
+        if status in _MLFLOW_STATUS:
             self.client.set_terminated(self.run_id, status=_MLFLOW_STATUS[status])
+
+
+def mlflow_params(config: dict[str, Any]) -> list[Any]:
+    """The run's config as MLflow params, as ``mlflow.log_params`` users expect them: nested keys
+    joined with dots (``training_args.learning_rate``), values as strings (lists as JSON), within
+    MLflow's limits: a key MLflow would refuse has its other characters replaced by ``_`` (one too
+    long is left out: the ``hyperwatch.config`` tag keeps it), a value too long is cut."""
+    from mlflow.entities import Param
+
+    flat: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for key, sub in value.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), sub)
+            return
+        key = _BAD_KEY_CHARS.sub("_", prefix).replace("/", "_").strip()
+        if not key or len(key) > _KEY_LIMIT or key.startswith("..") or key == "." or key in flat:
+            return
+        text = json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else str(value)
+        flat[key] = text if len(text) <= _PARAM_LIMIT else text[: _PARAM_LIMIT - 3] + "..."
+
+    walk("", sanitize_json(config))
+    return [Param(key, value) for key, value in flat.items()]
 
 
 def _clip(text: str) -> str:

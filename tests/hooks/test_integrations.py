@@ -5,12 +5,13 @@ every indicator of every layer on the logged steps with the step's loss, and fin
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, IterableDataset
 
 from hyperwatch import hooks
 from tests.hooks.support import hf_model
@@ -73,15 +74,95 @@ def test_hugging_face_trainer_callback(tmp_path: Path) -> None:
     )
     trainer.train()
     steps = layer_steps(sink)
-    assert sorted(steps) == [0, 2] and all(names >= INDICATORS for names in steps.values())
-    assert sorted(sink.values("loss")) == [0, 2]
+    # Steps numbered as the Trainer's logs number them (from 1); every=2: the first step, then 2, 4.
+    assert sorted(steps) == [1, 2, 4] and all(names >= INDICATORS for names in steps.values())
+    assert sorted(sink.values("loss")) == [1, 2, 4]
     # The step's loss: the mean over its two micro-batches, as the Trainer logs it (logging_steps=1).
-    assert [sink.values("loss")[s] for s in (0, 2)] == pytest.approx([losses[0], losses[2]], rel=1e-5)
+    assert [sink.values("loss")[s] for s in (1, 2, 4)] == pytest.approx([losses[0], losses[1], losses[3]], rel=1e-5)
     # Clipping is on: grad_norm is the Trainer's own (before clipping), at every logging step.
-    assert sorted(sink.values("grad_norm")) == [0, 1, 2, 3] and all(v > 0 for v in sink.values("grad_norm").values())
-    assert sink.values("lr")[0] == pytest.approx(1e-3, rel=0.3)
+    assert sorted(sink.values("grad_norm")) == [1, 2, 3, 4] and all(v > 0 for v in sink.values("grad_norm").values())
+    trainer_steps = {e["step"]: e["grad_norm"] for e in trainer.state.log_history if "grad_norm" in e}
+    assert sink.values("grad_norm") == pytest.approx(trainer_steps)
+    assert sink.values("lr")[1] == pytest.approx(1e-3, rel=0.3)
     assert sink.runs[0].name == "hf-trainer" and sink.statuses == ["finished"]
     assert sink.runs[0].config["training_args"]["max_steps"] == 4
+    # The budget: 4 steps of 2 micro-batches of 2 x 12 tokens, counted from the inputs.
+    assert sink.runs[0].fields["total_steps"] == 4
+    assert sink.values("tokens") == {1: 48, 2: 96, 4: 192}
+    learned = {k: v for u in sink.updates for k, v in u.items() if k in ("tokens", "flops")}
+    assert learned["tokens"] == 4 * 48 and learned["flops"] > 0
+
+
+def trainer_args(transformers: Any, tmp_path: Path, **kwargs: Any) -> Any:
+    return transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=2,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        learning_rate=1e-3,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        **kwargs,
+    )
+
+
+def test_hugging_face_steps_match_the_trainers_logs(tmp_path: Path) -> None:
+    """logging_steps=5 (every defaults to it): the loss and the Trainer's grad_norm land on the
+    same steps, the ones the Trainer's own logs carry (5, 10), not 5, 10 and 4, 9."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from hyperwatch.hooks.integrations.hf import HyperWatchCallback
+
+    sink = hooks.MemorySink()
+    args = trainer_args(transformers, tmp_path, max_steps=10, logging_steps=5, include_num_input_tokens_seen=True)
+    trainer = transformers.Trainer(
+        model=hf_model("llama"), args=args, train_dataset=Tokens(), callbacks=[HyperWatchCallback(sink=sink)]
+    )
+    trainer.train()
+    logged = {e["step"]: e for e in trainer.state.log_history if "loss" in e}
+    assert sorted(logged) == [5, 10]
+    assert sorted(sink.values("grad_norm")) == [5, 10]
+    assert sink.values("grad_norm") == pytest.approx({s: e["grad_norm"] for s, e in logged.items()})
+    assert sorted(sink.values("loss")) == [1, 5, 10]  # and the first step, as every run's
+    assert sorted(layer_steps(sink)) == [1, 5, 10]
+    # The Trainer counts the tokens (include_num_input_tokens_seen): its count, at its steps.
+    assert sink.values("tokens") == {1: 24, 5: 120, 10: 240}
+    assert logged[10]["num_input_tokens_seen"] == 240
+    assert sink.runs[0].fields["total_steps"] == 10
+    learned = {k: v for u in sink.updates for k, v in u.items() if k in ("tokens", "flops")}
+    assert learned["tokens"] == 240  # 10 steps x 2 sequences x 12 tokens
+    n_params = sink.runs[0].fields["total_params"]
+    assert learned["flops"] == pytest.approx(6 * n_params * 240)
+
+
+class Ragged(IterableDataset[dict[str, torch.Tensor]]):
+    """Sequences of 4, 5, 6... tokens, in order (one sequence per micro-batch: no padding)."""
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        for i in range(8):
+            x = torch.arange(4 + i) % 96
+            yield {"input_ids": x, "labels": x}
+
+
+def test_hugging_face_tokens_from_ragged_inputs(tmp_path: Path) -> None:
+    """One process from step 0: the tokens counted from the inputs are exact whatever their shapes;
+    the budget is extrapolated to the Trainer's last step (max_steps, steps counted from 1)."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from hyperwatch.hooks.integrations.hf import HyperWatchCallback
+
+    sink = hooks.MemorySink()
+    args = trainer_args(transformers, tmp_path, max_steps=4, logging_steps=1)
+    args.per_device_train_batch_size = 1
+    trainer = transformers.Trainer(
+        model=hf_model("llama"), args=args, train_dataset=Ragged(), callbacks=[HyperWatchCallback(sink=sink, every=1)]
+    )
+    trainer.train()
+    assert sink.values("tokens") == {1: 4, 2: 9, 3: 15, 4: 22}
+    learned = {k: v for u in sink.updates for k, v in u.items() if k == "tokens"}
+    assert learned["tokens"] == 9 + 5 * (4 - 2)  # steps 1 and 2: 5 tokens a step, 2 steps to go
+    assert sink.runs[0].fields["total_steps"] == 4
 
 
 def test_lightning_callback(tmp_path: Path) -> None:
