@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hyperwatch.hooks import compiled, indicators
+from hyperwatch.hooks import compiled, indicators, lifecycle
 from hyperwatch.hooks.adapters import discover
 from hyperwatch.hooks.describe import BudgetFromSteps, describe
 from hyperwatch.hooks.monitor import Monitor
@@ -145,8 +145,9 @@ def attach(
     - ``run``: the run's name; ``config``: its configuration (stored once with the run);
       ``run_fields``: the service's run fields (project, group, tags, depth, width, tokens, flops,
       lr, optimizer, parameterization...: the list is ``hooks.sinks.base.RUN_FIELDS``).
-    - ``sink``: ``"http://host:8000"`` (spooled in ``spool``, token from ``token`` or
-      ``HYPERWATCH_TOKEN``), a folder for offline JSONL, a :class:`hooks.Sink`, or a list of them.
+    - ``sink``: ``"http://host:8000"`` (spooled in ``spool``; write token from ``token``, else
+      ``$HYPERWATCH_WRITE_TOKEN``, the variable the service reads, else the older
+      ``$HYPERWATCH_TOKEN``), a folder for offline JSONL, a :class:`hooks.Sink`, or a list of them.
     - ``attention``/``mlp``/``router``: globs over module names that override the branches found
       by what the residual stream receives (``top_k``: experts per token when the router returns
       bare logits). Never an error for a model it can partly measure: the rest is ``unavailable``.
@@ -164,6 +165,10 @@ def attach(
     - ``close_timeout``: ``close()`` returns within about this many seconds (default
       ``$HYPERWATCH_CLOSE_TIMEOUT``, else 5): what the HTTP sink has not delivered by then stays in
       its spool, and the exact ``hyperwatch upload <spool folder> --server <url>`` command is logged.
+
+    A monitor still open when the process ends is closed then (see :mod:`hooks.lifecycle`): the run
+    is marked ``finished`` on a normal exit, ``failed`` on an uncaught exception or a non-zero
+    ``sys.exit``, ``interrupted`` on Ctrl-C.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: must be a torch.nn.Module, got {type(model).__name__}")
@@ -202,4 +207,5 @@ def attach(
     mon.budget = BudgetFromSteps(run_fields, flops_per_token)
     for m in model.modules():
         _ATTACHED[m] = mon
+    lifecycle.watch(mon)
     return mon

@@ -4,15 +4,17 @@ DIR is a run folder (with ``run.json``) or a folder of them: the JSONL sink's ou
 HTTP sink's spool left by a service outage or a crashed training process. For each run: create
 it (POST /api/v1/runs), post its batches (``batches.jsonl`` lines and ``pending/*.json`` files,
 several merged per request under a key derived from theirs, so a replay is idempotent), then set
-its final status. Spool files are deleted once acknowledged; JSONL files are kept. A group a
-crashed sender was posting (``inflight.json``) is resent first, as that same group under its same
-key, so the service stores it once even if it had stored it before the crash.
+its final status. Spool files are deleted once acknowledged, and a spool run folder whose every
+batch, field update and status was acknowledged is removed (one holding ``rejected/`` batches or a
+``dropped.json`` record stays, for a person to look at); JSONL files are kept. A group a crashed
+sender was posting (``inflight.json``) is resent first, as that same group under its same key, so
+the service stores it once even if it had stored it before the crash. The write token is
+``--token``, else ``$HYPERWATCH_WRITE_TOKEN`` (the service's name), else ``$HYPERWATCH_TOKEN``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -23,8 +25,10 @@ from hyperwatch.hooks.sinks.base import RunInfo, SinkError
 from hyperwatch.hooks.sinks.folder import (
     DROPPED_FILE,
     JSONL_FILE,
+    PENDING_DIR,
     RUN_FILE,
     STATUS_FILE,
+    UPDATE_FILE,
     clear_inflight,
     find_run_folders,
     iter_jsonl,
@@ -33,7 +37,9 @@ from hyperwatch.hooks.sinks.folder import (
     read_json,
     recover_inflight,
 )
+from hyperwatch.hooks.sinks.identity import remove_delivered
 from hyperwatch.hooks.sinks.settings import base_url_hint
+from hyperwatch.hooks.sinks.token import TOKEN_ENV, resolve_token
 
 
 class UploadError(RuntimeError):
@@ -44,7 +50,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("dir", type=Path, help="a run folder (with run.json) or a folder of run folders")
     p.add_argument("--server", required=True, help="the service's base URL, e.g. http://localhost:8000")
-    p.add_argument("--token", default=None, help="write token (default: $HYPERWATCH_TOKEN)")
+    p.add_argument("--token", default=None, help=f"write token (default: ${TOKEN_ENV})")
     p.add_argument("--max-points", type=int, default=20_000, help="points per request (default 20000)")
     p.add_argument("--retries", type=int, default=8, help="attempts per request before giving up (default 8)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
@@ -87,7 +93,7 @@ class Uploader:
         kind = client.classify(resp)
         if kind == client.DELIVERED:
             return
-        hint = " (set --token or HYPERWATCH_TOKEN)" if kind == client.AUTH else ""
+        hint = f" (set {TOKEN_ENV} to the service's write token, or pass --token)" if kind == client.AUTH else ""
         if kind == client.UNKNOWN_RUN and what.startswith("creating run"):
             better = base_url_hint(self.server)
             example = better if better != self.server else "http://localhost:8000"
@@ -131,6 +137,11 @@ class Uploader:
                 files.append(path)
         if group:
             sent += self._post(group, files, project)
+        if (folder / UPDATE_FILE).is_file():  # run fields a crashed sender had not PATCHed yet
+            resp = self._call("PATCH", f"/api/v1/runs/{run_id}", _read_object(folder / UPDATE_FILE))
+            if client.classify(resp) != client.REFUSED:  # refused (an older service): the data matter more
+                self._check(resp, f"updating run {run.name!r}")
+            (folder / UPDATE_FILE).unlink(missing_ok=True)
         status = None
         if (folder / STATUS_FILE).is_file():
             status = _read_object(folder / STATUS_FILE).get("status")
@@ -142,6 +153,8 @@ class Uploader:
             resp = self._call("PATCH", f"/api/v1/runs/{run_id}", {"status": status})
             self._check(resp, f"setting run {run.name!r} status")
             (folder / STATUS_FILE).unlink(missing_ok=True)
+        if (folder / PENDING_DIR).is_dir() and not (folder / JSONL_FILE).exists():  # an HTTP sink's spool
+            remove_delivered(folder, run.name)
         return sent
 
     @staticmethod
@@ -166,10 +179,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"hyperwatch upload: {root} is not a folder; pass a run folder or a folder of them")
         return 2
     folders = find_run_folders(root)
+    if not folders and not any(root.iterdir()):
+        print(f"hyperwatch upload: {root} is empty: nothing left to upload")
+        return 0
     if not folders:
         print(f"hyperwatch upload: no run folder (with {RUN_FILE}) in {root}")
         return 2
-    token = args.token if args.token is not None else os.environ.get("HYPERWATCH_TOKEN")
+    token, _source = resolve_token(args.token)
     try:
         uploader = Uploader(args.server, token, args.max_points, args.retries, args.timeout)
     except UploadError as exc:
@@ -179,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
     for folder in folders:
         try:
             n = uploader.upload(folder)
-            print(f"{folder.name}: {n} points uploaded")
+            print(f"{folder.name}: {n} points uploaded" + ("" if folder.exists() else "; spool folder removed"))
             if (folder / DROPPED_FILE).is_file():
                 dropped = _read_object(folder / DROPPED_FILE)
                 print(

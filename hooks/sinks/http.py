@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import random
+import sys
 import threading
 import time
 from pathlib import Path
@@ -76,6 +77,7 @@ from hyperwatch.hooks.sinks.settings import (
     not_found_message,
     replay_command,
 )
+from hyperwatch.hooks.sinks.token import TOKEN_ENV, refused_message, resolve_token
 
 log = logging.getLogger(__name__)
 DROP_LOG_INTERVAL_S = 60.0
@@ -115,7 +117,10 @@ class HttpSink(Sink):
         self._dropping = False
         self._last_drop_log = 0.0
         self.url = url.rstrip("/")
-        self.token = token if token is not None else os.environ.get("HYPERWATCH_TOKEN")
+        # token=, else $HYPERWATCH_WRITE_TOKEN (the service's name), else $HYPERWATCH_TOKEN (an alias)
+        self.token, self.token_source = resolve_token(token)
+        self._auth_logged = False
+        self._announced = False  # the run's page was printed (once per run)
         self.spool = Path(spool) if spool is not None else default_spool()
         self.timeout = timeout
         self.max_points = max_points
@@ -310,7 +315,8 @@ class HttpSink(Sink):
 
     def replay_command(self) -> str:
         """The exact command that delivers what this sink's spool holds for its run."""
-        return replay_command(self.folder if self.folder is not None else self.spool, self.url, self.token)
+        command = replay_command(self.folder if self.folder is not None else self.spool, self.url, None)
+        return command + (f"  # with {TOKEN_ENV} set (or --token)" if self.token else "")
 
     # -- the sender thread --
     def _require_started(self) -> Path:
@@ -349,6 +355,9 @@ class HttpSink(Sink):
 
     def _fail(self, what: str, resp: client.Response) -> str:
         self.last_error = f"{what}: HTTP {resp.status or 'no answer'} {resp.error}".strip()
+        if client.classify(resp) == client.AUTH and not self._auth_logged:
+            self._auth_logged = True
+            log.error("hooks: %s: %s", what, refused_message(resp.status, self.token_source))
         if not self._failing:
             log.warning("hooks: %s; the spool keeps every batch and the sink keeps retrying", self.last_error)
             self._failing = True
@@ -386,8 +395,9 @@ class HttpSink(Sink):
             body = resp.body if isinstance(resp.body, dict) else {}
             first = self.run_id is None and not self.delivered
             self.run_id = str(body.get("id", self.run.name))
-            if first and "id" in body:
-                log.info("hooks: run %r is at %s", self.run.name, self.page_url())
+            if first and "id" in body and not self._announced:
+                self._announced = True  # visible without logging set up, as W&B's "View run at" line
+                print(f"hyperwatch: view run {self.run.name!r} at {self.page_url()}", file=sys.stderr, flush=True)
             return self._ok()
         update_file = self.folder / UPDATE_FILE
         if update_file.is_file():  # a refusal (an older service without the field): the data matter more
@@ -489,6 +499,4 @@ class HttpSink(Sink):
             return "progress"
         if kind == client.UNKNOWN_RUN:
             self.run_id = None
-        elif kind == client.AUTH and not self._failing:
-            log.error("hooks: the service refused the token (HTTP %s); set HYPERWATCH_TOKEN", resp.status)
         return self._fail("posting points", resp)
