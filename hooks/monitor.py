@@ -34,7 +34,7 @@ from torch import nn
 from hyperwatch.hooks import compiled, indicators
 from hyperwatch.hooks.accumulate import GRAD_NORM, LOSS, LOSS_N, Accumulator, LayerValues
 from hyperwatch.hooks.adapters import ModelPlan
-from hyperwatch.hooks.checks import Scalar, check_int, check_scalar, scalar_tensor
+from hyperwatch.hooks.checks import Scalar, check_int, check_scalar, grad_norm_of, scalar_tensor, warn_no_grad
 from hyperwatch.hooks.describe import BudgetFromSteps
 from hyperwatch.hooks.discovery import DiscoveryProbe, book_trace, refine
 from hyperwatch.hooks.mha import MhaProbe
@@ -370,27 +370,6 @@ class Monitor:
         self.close("failed" if exc_type is not None else "finished")
 
     # -- one logged step --
-    def _warn_no_grad(self, step: int) -> None:
-        """Once per monitor: every .grad was None at step(), so grad_norm is lost silently otherwise."""
-        self._warned_no_grad = True
-        if not any(p.requires_grad for p in self.model.parameters()):
-            return
-        log.warning(
-            "hooks: run %r, step %d: every parameter's .grad is None at mon.step(), so grad_norm is not "
-            "recorded. Call mon.step(...) after opt.step() and before opt.zero_grad() (which sets the "
-            "gradients to None), or pass mon.step(..., grad_norm=clip_grad_norm_(...)); "
-            "hooks.attach(..., grad_norm=False) silences this",
-            self.run.name,
-            step,
-        )
-
-    def _grad_norm(self) -> torch.Tensor | None:
-        grads = [p.grad.detach() for p in self.model.parameters() if p.grad is not None]
-        if not grads:
-            return None
-        norms = torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
-        return torch.linalg.vector_norm(norms).to(self.device, torch.float64)
-
     def _flush_step(
         self, step: int, loss: Scalar | None, lr: float | None, tokens: int | None, grad_norm: Scalar | None
     ) -> None:
@@ -406,9 +385,10 @@ class Monitor:
                 dist.all_reduce(acc.heads, op=dist.ReduceOp.MAX, group=self.process_group)
         gn: Scalar | None = grad_norm
         if gn is None and self.auto_grad_norm:
-            gn = self._grad_norm()
+            gn = grad_norm_of(self.model, self.device)
             if gn is None and not self._warned_no_grad:
-                self._warn_no_grad(step)
+                self._warned_no_grad = True
+                warn_no_grad(self.model, self.run.name, step)
         acc.record_grad_norm(gn if gn is not None else math.nan)
         weight_names: list[tuple[int, str]] = []
         if self.sink is None:  # ranks other than 0 only took part in the all-reduce
