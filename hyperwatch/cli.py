@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "serve": ("hyperwatch.serve", "run the monitoring service"),
     "db": ("hyperwatch.monitor.db_cli", "database schema commands (upgrade, downgrade, current)"),
+    "runs": ("hyperwatch.monitor.runs_cli", "delete a run, or archive / unarchive it (hidden from lists, kept)"),
     "upload": ("hyperwatch.hooks.upload", "replay an offline JSONL folder or an HTTP spool into the service"),
 }
 
@@ -65,6 +66,7 @@ NEEDS: dict[str, str] = {
     "forecast": "server",
     "serve": "server",
     "db": "server",
+    "runs": "server",
 }
 """The extra each command needs beyond the hooks (torch and numpy); ``size`` and ``upload`` need none."""
 

@@ -214,7 +214,19 @@ class RunCreate(RunFields):
 
 
 class RunUpdate(RunFields):
-    pass
+    archived: Annotated[bool, not_null("send true or false")] = Field(
+        default=KEEP,
+        description="true: hidden from the runs list, scale comparisons and alert lists (kept whole); false: shown",
+    )
+
+
+class RunDeleted(BaseModel):
+    """What ``DELETE /api/v1/runs/{id}`` removed."""
+
+    id: int
+    project: str
+    name: str
+    series: int = Field(description="series the run held (subtracted from its project's count)")
 
 
 class RunOut(BaseModel):
@@ -246,6 +258,7 @@ class RunOut(BaseModel):
     updated_at: datetime
     stale: bool = Field(default=False, description="running, but no points for HYPERWATCH_STALE_AFTER_S")
     tokens_seen: int | None = Field(default=None, description="training tokens up to the last stored step")
+    archived: bool = Field(default=False, description="hidden from lists unless asked for (PATCH archived: false)")
 
 
 _LIMIT = "the indicator's limit: the forecast says at which model size its peak crosses it"

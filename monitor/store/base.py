@@ -90,7 +90,14 @@ class Store(ABC):
         status: str | None = None,
         limit: int = 100,
         offset: int = 0,
-    ) -> list[Run]: ...
+        archived: bool | None = False,
+    ) -> list[Run]:
+        """Runs by id; ``archived``: False (the default) leaves archived runs out, True lists them only, None all."""
+
+    @abstractmethod
+    def delete_run(self, run_id: int) -> tuple[str, str, int]:
+        """Delete the run and every row it owns (points, chunks, rollups, series, batches, alerts, incidents,
+        tags) in one transaction, its project's series count kept; returns its (project, name, series)."""
 
     @abstractmethod
     def upsert_group(self, project: str, name: str, fields: dict[str, Any]) -> tuple[Group, bool]: ...

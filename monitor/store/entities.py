@@ -93,6 +93,7 @@ class Run:
     created_at: datetime
     updated_at: datetime
     unavailable: dict[str, str] = field(default_factory=dict)  # indicator[@layer] -> why the hooks lack it
+    archived: bool = False  # hidden from lists unless asked for (migration 0012)
 
 
 @dataclass(frozen=True)

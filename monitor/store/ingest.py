@@ -139,6 +139,13 @@ class LatestSteps:
         with self._lock:
             self._hold(run_id, token, known[0], known[1], steps, values)
 
+    def forget(self, run_id: int) -> None:
+        """Drop what is held of a deleted run (SQLite may give its id to the next run)."""
+        with self._lock:
+            old = self._runs.pop(run_id, None)
+            if old is not None:
+                self._series -= len(old[1])
+
     def newest(self, run_id: int, token: int, step: int) -> list[tuple[int, float]] | None:
         """(series code, value) of every series whose latest step is ``step``, as of ``token``; None if
         the run is not held as of that token."""

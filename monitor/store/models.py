@@ -83,6 +83,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     and_,
+    false,
     select,
     text,
 )
@@ -197,6 +198,8 @@ class RunRow(Base):
     attach_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # distinct (name, layer) series, = its series_latest rows (migration 0011, monitor.store.cardinality)
     series_count: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    # left out of lists, scale comparisons and alert lists unless asked for (migration 0012, store.removal)
+    archived: Mapped[bool] = mapped_column(Boolean, server_default=false())
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
@@ -385,4 +388,6 @@ def run_scoped(
         )
         if given is not None
     ]
+    if run_id is None:  # a run asked for by id shows its alerts; lists leave archived runs out (0012)
+        conds.append(RunRow.archived.is_(False))
     return q.where(and_(*conds)) if conds else q

@@ -11,7 +11,7 @@ from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine, Row
 
 from hyperwatch.monitor.core.errors import InvalidInputError, NotFoundError
-from hyperwatch.monitor.store import migrate, names, repair
+from hyperwatch.monitor.store import migrate, names, removal, repair
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.cardinality import SeriesLimits
 from hyperwatch.monitor.store.engine import BUSY_TIMEOUT_MS, make_engine, managed, retry_busy
@@ -152,6 +152,7 @@ class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, Store):
             last_point_at=as_utc(row.last_point_at),
             created_at=as_utc(row.created_at) or now_utc(),
             updated_at=as_utc(row.updated_at) or now_utc(),
+            archived=bool(row.archived),
             **scale,
         )
 
@@ -168,7 +169,9 @@ class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, Store):
         return self._one(conn, rows)
 
     def _apply_run_fields(self, conn: Connection, run_id: int, project_id: int, fields: dict[str, Any]) -> None:
-        values: dict[str, Any] = {k: fields[k] for k in (*SCALE_FIELDS, "config", "export_layers") if k in fields}
+        values: dict[str, Any] = {
+            k: fields[k] for k in (*SCALE_FIELDS, "config", "export_layers", "archived") if k in fields
+        }
         if "status" in fields:
             if fields["status"] not in RUN_STATUSES:
                 raise InvalidInputError(f"status: {fields['status']!r} is not one of {list(RUN_STATUSES)}")
@@ -229,6 +232,13 @@ class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, Store):
             self._apply_run_fields(conn, run_id, pid, fields)
             return self._get_run(conn, run_id)
 
+    @retry_busy
+    def delete_run(self, run_id: int) -> tuple[str, str, int]:
+        with managed(self.engine, f"delete run {run_id}", write=True) as conn:
+            deleted = removal.delete_run(conn, run_id)
+        self.latest_steps.forget(run_id)
+        return deleted
+
     def get_run(self, run_id: int) -> Run:
         with managed(self.engine, f"read run {run_id}") as conn:
             return self._get_run(conn, run_id)
@@ -248,8 +258,11 @@ class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, Store):
         status: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        archived: bool | None = False,
     ) -> list[Run]:
         q = self._run_query()
+        if archived is not None:
+            q = q.where(RunRow.archived.is_(archived))
         if project is not None:
             q = q.where(ProjectRow.name == project)
         if group is not None:

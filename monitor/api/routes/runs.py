@@ -1,4 +1,4 @@
-"""Runs: create-or-update by (project, name), partial update by id, list and filter."""
+"""Runs: create-or-update by (project, name), partial update by id (archive too), delete, list and filter."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAu
 from hyperwatch.monitor.api.params import Limit, Offset, int_query
 from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.detect import learned
-from hyperwatch.monitor.schemas import RunCreate, RunOut, RunUpdate, SeriesInfoOut, Status
+from hyperwatch.monitor.schemas import RunCreate, RunDeleted, RunOut, RunUpdate, SeriesInfoOut, Status
 from hyperwatch.monitor.store import identity
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import Run
@@ -93,11 +93,16 @@ def list_runs(
     group: str | None = None,
     tag: Annotated[list[str] | None, Query(description="repeat for runs having every tag")] = None,
     status: Status | None = None,
+    archived: Annotated[
+        bool | None, Query(description="true: the archived runs only; false or omitted: the others")
+    ] = None,
+    include_archived: Annotated[bool, Query(description="true: archived runs too")] = False,
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> list[RunOut]:
     limit = min(limit, settings.max_page_size)
-    runs = store.list_runs(project, group, tag or (), status, limit, offset)
+    which = None if include_archived else bool(archived)
+    runs = store.list_runs(project, group, tag or (), status, limit, offset, archived=which)
     return runs_out(run_view(r, settings.stale_after_s) for r in runs)
 
 
@@ -113,6 +118,21 @@ def update_run(run_id: int, body: RunUpdate, store: StoreDep) -> RunOut:
     run = store.update_run(run_id, fields)
     _relearn(store, fields, before, run)
     return RunOut.model_validate(run)
+
+
+@router.delete(
+    "/runs/{run_id}",
+    response_model=RunDeleted,
+    dependencies=[WriteAuth],
+    summary="Delete a run and everything it holds (points, series, alerts, incidents); cannot be undone",
+    description='To hide a run but keep it, archive it instead: PATCH the run with `{"archived": true}`.',
+)
+def delete_run(run_id: int, store: StoreDep) -> RunDeleted:
+    before = store.get_run(run_id)
+    project, name, series = store.delete_run(run_id)
+    if before.status == learned.FINISHED:  # its group learned from it: read the group's runs again
+        learned.refresh_quietly(store, [before.group_id])
+    return RunDeleted(id=run_id, project=project, name=name, series=series)
 
 
 @router.get(
