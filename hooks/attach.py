@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
-import platform
 import re
 import sys
 import weakref
@@ -13,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hyperwatch.hooks import compiled, indicators, lifecycle
+from hyperwatch.hooks import compiled, environment, indicators, lifecycle
 from hyperwatch.hooks.adapters import discover
 from hyperwatch.hooks.describe import BudgetFromSteps, describe
 from hyperwatch.hooks.monitor import Monitor
@@ -97,22 +98,36 @@ def make_sink(
 
 
 def _environment(model: nn.Module, family: str, every: int, n_layers: int) -> dict[str, Any]:
+    """The hooks' settings and what the run runs on (git commit, host, versions, devices: see
+    :func:`hooks.environment.describe`, which never raises)."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     env: dict[str, Any] = {
         "hooks_adapter": family,
         "every": every,
         "layers": n_layers,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "device": str(device),
         "model_class": type(model).__name__,
         "argv": sys.argv[:1],
     }
-    if device.type == "cuda":
-        env["device_name"] = torch.cuda.get_device_name(device)
-    if dist.is_available() and dist.is_initialized():
-        env["world_size"] = dist.get_world_size()
+    env.update(environment.describe(device))
     return env
+
+
+LR_KEYS = ("lr", "learning_rate")
+"""Config keys whose number is the run's ``lr`` field when ``lr=`` is not given (issue 35)."""
+
+
+def lr_from_config(config: dict[str, Any] | None, run_fields: dict[str, Any]) -> dict[str, Any]:
+    """``run_fields`` with ``lr`` from ``config["lr"]`` (else ``config["learning_rate"]``) when the
+    caller gave no ``lr=``: the number the user declared, sent as the run field the runs table, the
+    API and the scaling fits read. Only a positive finite number is copied (a schedule's name, a
+    list of rates or a bool is not a learning rate); an explicit ``lr=`` always wins."""
+    if "lr" in run_fields or not config:
+        return run_fields
+    for key in LR_KEYS:
+        v = config.get(key)
+        if isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(x := float(v)) and x > 0:
+            return {**run_fields, "lr": x}
+    return run_fields
 
 
 def attach(
@@ -144,7 +159,8 @@ def attach(
 
     - ``run``: the run's name; ``config``: its configuration (stored once with the run);
       ``run_fields``: the service's run fields (project, group, tags, depth, width, tokens, flops,
-      lr, optimizer, parameterization...: the list is ``hooks.sinks.base.RUN_FIELDS``).
+      lr, optimizer, parameterization...: the list is ``hooks.sinks.base.RUN_FIELDS``). Without
+      ``lr=``, a number at ``config["lr"]`` or ``config["learning_rate"]`` is sent as ``lr``.
     - ``sink``: ``"http://host:8000"`` (spooled in ``spool``; write token from ``token``, else
       ``$HYPERWATCH_WRITE_TOKEN``, the variable the service reads, else the older
       ``$HYPERWATCH_TOKEN``), a folder for offline JSONL, a :class:`hooks.Sink`, or a list of them.
@@ -183,6 +199,7 @@ def attach(
     if not isinstance(resume, bool):
         raise ValueError(f"resume: must be True or False (continue the stored run of this name), got {resume!r}")
     given = {k: v for k, v in (("total_steps", total_steps), ("tokens", tokens)) if v is not None}
+    run_fields = lr_from_config(config, run_fields)
     run_fields = describe(model, {**run_fields, **given}, flops_per_token)
     plan = discover(model, adapter, attention, mlp, router, top_k)
     n_layers = max((s.index for s in plan.layers), default=-1) + 1

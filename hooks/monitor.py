@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hyperwatch.hooks import compiled, indicators
+from hyperwatch.hooks import compiled, environment, indicators
 from hyperwatch.hooks.accumulate import GRAD_NORM, LOSS, LOSS_N, Accumulator, LayerValues
 from hyperwatch.hooks.adapters import ModelPlan
 from hyperwatch.hooks.checks import Scalar, check_int, check_scalar, grad_norm_of, scalar_tensor, warn_no_grad
@@ -419,7 +419,6 @@ class Monitor:
         n = self.acc.packed_size
         layers = self.acc.unpack(flat[: self.acc.flat.numel()])
         loss_sum, loss_n = float(flat[n + LOSS]), float(flat[n + LOSS_N])
-        pos = n + GRAD_NORM
         points: list[Point] = []
         for i, values in enumerate(layers):
             points += [Point(name, step, v, layer=i, tokens=tokens) for name, v in values.items()]
@@ -428,7 +427,7 @@ class Monitor:
         if lr is not None:
             points.append(Point("lr", step, float(lr), tokens=tokens))
         if has_gn:
-            points.append(Point("grad_norm", step, float(flat[pos]), tokens=tokens))
+            points.append(Point("grad_norm", step, float(flat[n + GRAD_NORM]), tokens=tokens))
         output_z = self.acc.output_z(flat)
         if output_z is not None:
             points.append(Point("output_z", step, output_z, tokens=tokens))
@@ -437,6 +436,7 @@ class Monitor:
             points.append(Point("tokens", step, float(tokens), tokens=tokens))
         for (layer, name), value in zip(weight_names, flat[pos : pos + len(weight_names)]):
             points.append(Point(name, step, float(value), layer=layer, tokens=tokens))
+        points += environment.points(self.device, step, tokens)  # CUDA peak memory, host RSS (host counters)
         self.last_points = points  # read by progress displays (a reference swap: no lock needed)
         self._check_missing(layers)
         self._write(points)

@@ -69,6 +69,13 @@ _SPECS = [
     MetricSpec("grad_norm", False, "norm", "global gradient norm before clipping"),
     MetricSpec("tokens_per_second", False, "tokens/s", "training throughput"),
     MetricSpec("tokens", False, "tokens", "training tokens seen"),
+    MetricSpec(
+        "cuda_max_memory_allocated",
+        False,
+        "bytes",
+        "torch.cuda.max_memory_allocated of the model's device on rank 0 at a logged step (running peak; never reset)",
+    ),
+    MetricSpec("host_rss", False, "bytes", "resident memory of the rank-0 training process at a logged step"),
 ]
 
 METRICS: dict[str, MetricSpec] = {s.name: s for s in _SPECS}

@@ -17,16 +17,28 @@ one of the group's runs like any other.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from hyperwatch.monitor.analysis import AnalysisError, jsonable
-from hyperwatch.monitor.analysis.forecast import DEFAULT_LEVEL, MIN_SIZES, Axis, Forecast, forecast
+from hyperwatch.monitor.analysis.forecast import (
+    DEFAULT_LEVEL,
+    MIN_SIZES,
+    UNIT,
+    Axis,
+    Forecast,
+    describe,
+    fmt_size,
+    fmt_value,
+    forecast,
+    label,
+)
 from hyperwatch.monitor.analysis.forecast_track import (
     Position,
     TrackBand,
@@ -358,7 +370,12 @@ class GroupForecast:
         indicators = {}
         for name, (peak, final) in self.forecasts.items():
             limit, key = limit_of(inp.group, name)
-            indicators[name] = {"threshold": limit, "threshold_key": key, "peak": peak, "final": final}
+            indicators[name] = {
+                "threshold": limit,
+                "threshold_key": key,
+                "peak": forecast_json(peak),
+                "final": forecast_json(final),
+            }
         watched = []
         for w in self.watches:
             entry = {"run": w.run.name, "run_id": w.run.id, "status": w.run.status, "size": w.size}
@@ -422,6 +439,39 @@ def group_forecast(
 ) -> GroupForecast:
     """:func:`collect` then :func:`forecast_group`: what the API and ``hyperwatch forecast`` return."""
     return forecast_group(collect(store, group_id, names, axis, agg, buckets), target, level)
+
+
+UNRELIABLE_RATIO = 100.0
+"""A band whose upper edge is more than this times its lower edge (two decades) predicts nothing:
+the forecast says so and gives the band, not its centre as a value."""
+
+
+def reliable(f: Forecast) -> bool:
+    """Whether ``f``'s prediction at its target means something: a band within :data:`UNRELIABLE_RATIO`."""
+    if f.predicted is None or f.lower is None or f.upper is None:
+        return True  # nothing predicted: nothing to call unreliable
+    lo, hi = f.lower, f.upper
+    return math.isfinite(lo) and math.isfinite(hi) and lo > 0 and hi / lo <= UNRELIABLE_RATIO
+
+
+def forecast_json(f: Forecast) -> dict[str, Any]:
+    """``f.to_json()`` with ``reliable``; when the band is too wide, the sentence gives the band and
+    no point value ("no reliable prediction at 1.3B params (90% band 2.35e-06 to 4.33e+11)")."""
+    out: dict[str, Any] = f.to_json()
+    out["reliable"] = reliable(f)
+    if not out["reliable"]:
+        assert f.target is not None and f.lower is not None and f.upper is not None
+        head = f"{f.summary} {label(f.name)}: "
+        rest = describe(replace(f, predicted=None))
+        assert rest.startswith(head)
+        clause = (
+            f"no reliable prediction at {fmt_size(f.target, f.axis)} {UNIT[f.axis]} "
+            f"({f.level:.0%} band {fmt_value(f.lower)} to {fmt_value(f.upper)}, more than "
+            f"{UNRELIABLE_RATIO:,.0f}x wide)"
+        )
+        body = rest[len(head) :]
+        out["sentence"] = f"{head}{clause}, {body}" if body and body != "." else f"{head}{clause}."
+    return out
 
 
 def default_target(inputs: GroupInputs) -> float | None:

@@ -114,6 +114,20 @@ def aggregate_series(
     return AggSeries(steps, [p.tokens for p in s.points], [p.value for p in s.points], final, False, 0, s.downsampled)
 
 
+def series_peak(store: Store, run: Run, name: str) -> float | None:
+    """The largest value of ``name`` over the whole run, every layer and step (None: never logged).
+
+    Read from the rollups in one bucket: each layer's max over the run (:meth:`Store.layer_matrix`),
+    or the run-level series' extremes (:meth:`Store.series` keeps each bucket's max and every
+    non-finite point). NaN wins, as in :func:`_aggregate`; +inf is larger than any finite value.
+    """
+    m = store.layer_matrix(run.id, name, 1, None, None)
+    cells = [c for row in m.values for c in row if c is not None]
+    if not cells:
+        cells = [p.value for p in store.series(run.id, name, None, 1, None, None).points]
+    return _aggregate(cells, "max") if cells else None
+
+
 @dataclass(frozen=True)
 class TokenMap:
     """Training tokens as a function of step, from a run's logged (step, tokens) pairs.

@@ -25,7 +25,15 @@ from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.detect.learned import ThresholdSource, effective_thresholds, learning_on, provenance
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import Alert, Group, LayerMatrix, Run, Series, SeriesInfo
-from hyperwatch.monitor.views import Agg, AggSeries, TokenMap, aggregate_series, group_runs, layer_matrix
+from hyperwatch.monitor.views import (
+    Agg,
+    AggSeries,
+    TokenMap,
+    aggregate_series,
+    group_runs,
+    layer_matrix,
+    series_peak,
+)
 
 LineMode = str
 """``"mean"`` or ``"max"`` over layers, or a layer number as text (``"3"``)."""
@@ -175,6 +183,22 @@ class Reader:
     ) -> list[Alert]:
         """Alert events, newest first, at most the service's page size."""
         return self.store.list_alerts(run_id, project, group_id, rule, min(limit, self.settings.max_page_size), offset)
+
+    def incident_peaks(
+        self,
+        run_id: int | None = None,
+        project: str | None = None,
+        rule: str | None = None,
+        limit: int = 100,
+        most: int = 200,
+    ) -> dict[tuple[int, str], float | None]:
+        """Each (run id, metric) of the incidents GET /incidents lists for these filters -> that series'
+        largest value over the whole run (:func:`monitor.views.series_peak`; NaN and inf kept), the
+        first ``most`` pairs only: the peak the series reached, not the worst of the alert events."""
+        found = self.store.list_incidents(run_id, project, None, rule, min(limit, self.settings.max_page_size), 0)
+        pairs = list(dict.fromkeys((i.run_id, i.name) for i in found))[:most]
+        runs = {rid: self.store.get_run(rid) for rid in dict.fromkeys(r for r, _ in pairs)}
+        return {(rid, name): series_peak(self.store, runs[rid], name) for rid, name in pairs}
 
     def runs_by_id(self, ids: Sequence[int]) -> list[Run]:
         """The runs of ``ids`` (each once, in the order given), at most ``max_compare_runs``."""

@@ -201,7 +201,8 @@ def alerts_timeline(
     project: Annotated[str | None, Query(max_length=200)] = None,
     limit: Limit = 1000,
 ) -> dict[str, Any]:
-    """Alert events as a timeline (time x run, symbol by rule) with each point's run page link data."""
+    """Alert events as a timeline (time x run, symbol by rule) with each point's run page link data, and
+    ``peaks``: the largest value each incident's series reached over its run (not only at its events)."""
     found = read.alerts(run_id, project, None, rule, limit, 0)
     symbols = {"z_spike": "circle", "nan_loss": "x", "nonfinite_value": "triangle-up", "max_vio_collapse": "square"}
     sev = {"critical": "#d62728", "warning": "#ff9f1c"}
@@ -245,4 +246,8 @@ def alerts_timeline(
         )
         layout["annotations"] = [{"text": esc(why), "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
                                   "showarrow": False, "font": {"size": 13, "color": "#555"}}]  # fmt: skip
-    return jsonable({"figure": {"data": data, "layout": layout}, "count": len(found)})  # type: ignore[no-any-return]
+    peaks = [
+        {"run_id": rid, "name": name, "peak": peak}
+        for (rid, name), peak in read.incident_peaks(run_id, project, rule, limit).items()
+    ]
+    return jsonable({"figure": {"data": data, "layout": layout}, "count": len(found), "peaks": peaks})  # type: ignore[no-any-return]

@@ -262,11 +262,17 @@ def stability_figure(
     layout["showlegend"] = True
     # outside the plot, right of it: inside, the peak/final legend covered the smallest model's points
     layout["legend"] = {"x": 1.02, "y": 1.0, "xanchor": "left", "yanchor": "top", "font": {"size": 11}}
-    layout["margin"] = {**layout["margin"], "r": 70, "b": 80}
-    layout["annotations"] = [rule_note(name)]
+    # the title on two lines (name, then the verdict): one line ran past a third-of-the-page panel;
+    # the verdict rule and any reason are the page's caption under the figure (meta), in HTML that
+    # wraps to the panel: an annotation never wraps, and was clipped at the right and the bottom
+    layout["margin"] = {**layout["margin"], "r": 70, "t": 58, "b": 50}
     if verdict is None:
-        layout["title"]["text"] = f"{esc(name)}: {esc(why or 'no data')}"
-        layout["annotations"] = [note(why or "no data"), rule_note(name)]
+        short = (why or "no data").split(":")[0]
+        layout["title"]["text"] = f"{esc(name)}<br><span style='color:#7f7f7f'>{esc(short)}</span>"
+        layout["xaxis"]["visible"] = layout["yaxis"]["visible"] = False
+        layout["showlegend"] = False
+        layout["annotations"] = [note(why or "no data", 36)]
+        layout["annotations"][0]["font"]["size"] = 12
         meta: dict[str, Any] = {"verdict": None, "reason": why, "rule": verdict_rule(name)}
         return {"data": [], "layout": layout, "meta": meta, "config": {"displayModeBar": False}}
     data: list[dict[str, Any]] = []
@@ -296,40 +302,27 @@ def stability_figure(
         text += f" at {human_count(float(verdict['breaks_at']))}"
     colour = {"transferable": "#2ca02c", "breaks": NONFINITE_COLOUR}.get(state, "#7f7f7f")
     at = "" if fraction is None or fraction >= 1.0 else f" (at {fraction:.0%} of training)"
-    layout["title"]["text"] = f"{esc(name)}: <span style='color:{colour}'>{text}</span>{at}"
+    layout["title"]["text"] = f"{esc(name)}<br><span style='color:{colour}'>{text}</span>{at}"
     meta = {"verdict": state, "breaks_at": verdict.get("breaks_at"), "fraction": fraction, "rule": verdict_rule(name)}
     return {"data": data, "layout": layout, "meta": meta, "config": {"displayModeBar": False}}
 
 
 def verdict_rule(name: str) -> str:
     """How the verdict of ``name`` is decided (monitor.analysis.stability), in one line for the page."""
-    from hyperwatch.monitor.analysis.stability import ABS_FLOOR, DEFAULT_RTOL
+    from hyperwatch.monitor.analysis.stability import ABS_FLOOR, DEFAULT_RTOL, GROWTH, LEVEL, NOISE_K
 
     what = "final value" if name in FINAL_ONLY else "peak and final value"
     rule = (
         f"transferable: the {what} never rises from one size to the next by more than "
-        f"{DEFAULT_RTOL:.0%} of the smaller size's value"
+        f"{DEFAULT_RTOL:.0%} of the smaller size's value, nor by more than {NOISE_K:g}x the run-to-run "
+        "spread where several runs share a size"
     )
     floor = ABS_FLOOR.get(name)
     if floor is not None:
         rule += f" or {floor:g} (a rise under {floor:g} of the elements is noise, even if many times the value)"
+    if name in LEVEL:
+        rule += f"; a break must reach {LEVEL[name]:g} and grow {GROWTH[name]:g}x over the smaller size"
     return rule + "; breaks at: the first size that does, or is NaN/Inf"
-
-
-def rule_note(name: str) -> dict[str, Any]:
-    """The verdict rule, small and grey under the plot."""
-    return {
-        "text": "<br>".join(esc(line) for line in textwrap.wrap(verdict_rule(name), 95)),
-        "xref": "paper",
-        "yref": "paper",
-        "x": 0.0,
-        "y": -0.2,
-        "xanchor": "left",
-        "yanchor": "top",
-        "align": "left",
-        "showarrow": False,
-        "font": {"size": 10, "color": "#666"},
-    }
 
 
 def _decode(v: Any) -> float:

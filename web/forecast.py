@@ -121,7 +121,21 @@ def forecast_figure(peak: dict[str, Any], watched: list[dict[str, Any]], axis: A
     target, p = peak["target"], peak["predicted"]
     if target is not None:
         shapes.append(_vline(target, TARGET, "dashdot"))
-    if target is not None and p is not None:
+    if target is not None and p is not None and not peak.get("reliable", True):
+        # a band of many decades predicts nothing: draw the band at the target, no point value
+        lo, hi = peak["lower"], peak["upper"]
+        hover = f"no reliable prediction at {fmt_size(target, axis)} (band {fmt_value(lo)} to {fmt_value(hi)})"
+        data.append(
+            _trace(
+                "lines",
+                [target, target],
+                [lo, hi],
+                name="no reliable prediction",
+                line={"color": TARGET, "width": 3, "dash": "dot"},
+                hovertemplate=hover + "<extra></extra>",
+            )
+        )
+    elif target is not None and p is not None:
         lo, hi = peak["lower"], peak["upper"]
         hover = f"{fmt_value(p)} at {fmt_size(target, axis)} (band {fmt_value(lo)}-{fmt_value(hi)})<extra></extra>"
         bar = {"type": "data", "symmetric": False, "array": [hi - p], "arrayminus": [p - lo], "color": TARGET}

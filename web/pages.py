@@ -16,7 +16,7 @@ def _shell(
     title: str, script: str, body: str, assets: dict[str, str], data: dict[str, str] | None = None, extra: str = ""
 ) -> str:
     attrs = "".join(f' data-{k}="{escape(v)}"' for k, v in (data or {}).items())
-    more = f'\n<script src="{assets[extra]}" defer></script>' if extra else ""
+    more = "".join(f'\n<script src="{assets[e]}" defer></script>' for e in extra.split())
     nav = "".join(f'<a href="{href}">{name}</a>' for name, href in NAV)
     return f"""<!doctype html>
 <html lang="en">
@@ -80,6 +80,8 @@ def runs_page(assets: dict[str, str]) -> str:
 def run_page(assets: dict[str, str], run_id: int) -> str:
     body = """<h1 id="run-title">Run</h1>
 <div id="run-meta" class="meta"></div>
+<details id="environment" open hidden><summary>Environment</summary><table id="env-table" class="grid kv"></table>
+</details>
 <details id="unavailable" class="notice" hidden><summary></summary><ul></ul></details>
 <div class="controls">
 <label>x-axis <select id="x-axis"><option value="step">step</option>
@@ -90,7 +92,20 @@ def run_page(assets: dict[str, str], run_id: int) -> str:
 <section id="forecast-watch" hidden></section>
 <div id="figures"></div>
 <details id="config-box"><summary>Config</summary><table id="config" class="grid kv"></table></details>"""
-    return _shell("Run", "run.js", body, assets, {"run-id": str(run_id)}, extra="forecast.js")
+    body += RUN_ACTIONS
+    return _shell("Run", "run.js", body, assets, {"run-id": str(run_id)}, extra="forecast.js run_actions.js")
+
+
+RUN_ACTIONS = """
+<p id="run-actions" class="controls" hidden><span id="run-archived-note" class="badge" hidden>archived</span>
+<button type="button" id="run-archive">Archive</button> <button type="button" id="run-delete">Delete</button></p>
+<dialog id="run-action-dialog"><form method="dialog"><p id="run-action-text"></p>
+<label>Run name <input id="run-action-name" autocomplete="off"></label>
+<label>Write token <input id="run-action-token" type="password" autocomplete="off"></label>
+<p id="run-action-error" class="status error" role="alert"></p>
+<button type="submit" id="run-action-confirm" value="confirm">Confirm</button>
+<button type="submit" value="cancel" formnovalidate>Cancel</button></form></dialog>"""
+"""Archive / Delete with a confirmation dialog (static/run_actions.js; issue 35)."""
 
 
 def compare_page(assets: dict[str, str]) -> str:
@@ -156,8 +171,13 @@ def alerts_page(assets: dict[str, str]) -> str:
 <button type="submit">Filter</button></form>
 <div id="timeline" class="fig"></div>
 <h2>Incidents</h2>
-<p class="sub">One row per run, kind and episode; ▸ shows its layers, heads, steps and the usual remedies.</p>
+<p class="sub">One row per run, kind and episode; ▸ shows its layers, heads, steps and the usual remedies.
+Run peak: the largest value of the indicator over the whole run; worst event: the largest among the incident's
+alert events.</p>
 <table id="alerts-table" class="grid"><thead><tr><th>Last active</th><th>Run</th><th>Kind</th><th>Source</th>
-<th>Severity</th><th>Indicator</th><th>Steps</th><th>Peak</th><th>Events</th><th>Message</th></tr></thead>
+<th>Severity</th><th>Indicator</th><th>Steps</th>
+<th title="the largest value the indicator's series reached over the whole run (every layer and step)">Run peak</th>
+<th title="the worst value among this incident's alert events (NaN counts as the worst)">Worst event</th>
+<th>Events</th><th>Message</th></tr></thead>
 <tbody></tbody></table>"""
     return _shell("Alerts", "alerts.js", body, assets)

@@ -10,6 +10,11 @@ Rules, for each summary ordered by scale:
 - non-increasing: each value is at most the previous scale's value plus
   ``rtol * |previous| + atol`` (default rtol 5%: plateaus within noise pass).
   Outlier ratios also have an absolute floor, :data:`ABS_FLOOR` (a single element is not a trend).
+  The rise must also be larger than :data:`NOISE_K` times the run-to-run spread at the smaller scale
+  (when several runs share a scale, the spread of their values is the noise a rise is read against;
+  a spread at the larger scale is no excuse: one seed blowing up there is the break).
+  Outlier ratios must, moreover, reach a meaningful level, :data:`LEVEL`, and grow by a clear
+  factor, :data:`GROWTH` (2e-6 -> 3.2e-5, a few tens of elements per million, is not a break).
 - ``breaks_at`` is the first scale that is non-finite or exceeds the previous one beyond tolerance.
 When several runs share a scale (seeds, LRs), the worst of them (largest, non-finite first) stands
 for the scale. An indicator seen at fewer than two scales is ``insufficient_scales`` unless it is
@@ -37,6 +42,17 @@ An outlier ratio is a count of elements over a count of elements: at 0 at one sc
 element in 10^6 at the next, the rule above would say "breaks" on a single element (seen in the
 demo's HyperP arm). A Gaussian's 5-sigma tail is 5.7e-7; 1e-5 (ten elements per million) is well
 above that noise and far below the 1e-4..1e-3 ratios of a model whose outliers grow."""
+
+LEVEL: dict[str, float] = {"attention_outlier_ratio": 1e-4, "mlp_outlier_ratio": 1e-4}
+"""The value a rise must reach to count as a break, per indicator: one element in 10^4. A Gaussian's
+5-sigma tail is 5.7e-7, 175x below; a model whose outliers grow reaches 1e-4..1e-3 (the demo's
+baseline arm: 3.8e-6 at d=2, 1.3e-4 at d=4)."""
+
+GROWTH: dict[str, float] = {"attention_outlier_ratio": 2.0, "mlp_outlier_ratio": 2.0}
+"""The factor over the smaller size's value a rise must reach to count as a break, per indicator."""
+
+NOISE_K = 2.0
+"""A rise counts only when larger than this many times the run-to-run spread at the smaller scale."""
 
 Verdict = Literal["transferable", "breaks", "insufficient_scales"]
 
@@ -97,13 +113,30 @@ def _worst(values: Sequence[float]) -> float:
     return max(values)
 
 
-def _judge(scales: list[float], values: list[float], rtol: float, atol: float) -> SeriesVerdict:
+def _spread(values: Sequence[float]) -> float:
+    """The run-to-run noise at one scale: max - min of its runs' finite values (0 for one run)."""
+    finite = [v for v in values if math.isfinite(v)]
+    return max(finite) - min(finite) if len(finite) > 1 else 0.0
+
+
+def _judge(
+    scales: list[float],
+    values: list[float],
+    rtol: float,
+    atol: float,
+    noise: Sequence[float] | None = None,
+    level: float = -math.inf,
+    growth: float = 1.0,
+) -> SeriesVerdict:
     finite = [math.isfinite(v) for v in values]
-    increases = {
-        i
-        for i in range(1, len(values))
-        if finite[i - 1] and finite[i] and values[i] > values[i - 1] + rtol * abs(values[i - 1]) + atol
-    }
+    noise = noise or [0.0] * len(values)
+
+    def rises(i: int) -> bool:
+        before, v = values[i - 1], values[i]
+        margin = rtol * abs(before) + atol + NOISE_K * noise[i - 1]
+        return v > before + margin and v >= level and (before <= 0 or v >= growth * before)
+
+    increases = {i for i in range(1, len(values)) if finite[i - 1] and finite[i] and rises(i)}
     breaks_at: float | None = None
     reason: str | None = None
     for i, (s, v) in enumerate(zip(scales, values, strict=True)):
@@ -114,7 +147,8 @@ def _judge(scales: list[float], values: list[float], rtol: float, atol: float) -
             breaks_at = s
             reason = (
                 f"{v:.6g} at scale {s:g} exceeds {values[i - 1]:.6g} at scale {scales[i - 1]:g} "
-                f"by more than the tolerance"
+                "by more than the tolerance and the run-to-run spread"
+                + (f", reaches {level:g} and grows {growth:g}x or more" if level > -math.inf else "")
             )
             break
     return SeriesVerdict(tuple(scales), tuple(values), all(finite), not increases, breaks_at, reason)
@@ -176,7 +210,11 @@ def stability_verdict(
         peaks = [_worst([p for _, p, _ in by_scale[s]]) for s in scales]
         finals = [_worst([f for _, _, f in by_scale[s]]) for s in scales]
         tol = max(atol, ABS_FLOOR.get(name, 0.0))
-        peak_v, final_v = _judge(scales, peaks, rtol, tol), _judge(scales, finals, rtol, tol)
+        level, growth = LEVEL.get(name, -math.inf), GROWTH.get(name, 1.0)
+        peak_noise = [_spread([p for _, p, _ in by_scale[s]]) for s in scales]
+        final_noise = [_spread([f for _, _, f in by_scale[s]]) for s in scales]
+        peak_v = _judge(scales, peaks, rtol, tol, peak_noise, level, growth)
+        final_v = _judge(scales, finals, rtol, tol, final_noise, level, growth)
         breaks = [b for b in (peak_v.breaks_at, final_v.breaks_at) if b is not None]
         verdict: Verdict
         if breaks:

@@ -69,7 +69,7 @@ def test_service_killed_and_restarted_mid_run_every_point_arrives_exactly_once(
     def train(steps: range) -> None:
         for step in steps:
             mon.step(step, loss=float(step), lr=0.01, tokens=step * 24)
-            expected.update({("loss", -1, step), ("lr", -1, step), ("tokens", -1, step)})
+            expected.update({("loss", -1, step), ("lr", -1, step), ("tokens", -1, step), ("host_rss", -1, step)})
 
     train(range(0, 5))
     assert wait_until(lambda: len(stored(service, "kill-1")) == len(expected))

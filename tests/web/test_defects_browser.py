@@ -92,8 +92,9 @@ def test_run_page_constant_lr_zero_heatmap_and_alert_strip(dense: Live, browser:
 def test_scale_page_dense_router_panels_rule_and_fresh_ticks(dense: Live, browser: Any, artifacts: Path) -> None:
     load(browser, f"{dense.base}/groups/{dense.ids['group']}")
     side = fig(browser, "stab-attention_z")
-    texts = " ".join(a.get("text", "") for a in side["layout"].get("annotations", []))
-    assert "transferable: the peak and final value never rises" in texts  # the rule, on the page
+    # the rule, on the page: the HTML caption under the figure (an annotation never wrapped, issue 35)
+    caption = browser.find_element("id", "rule-attention_z").text
+    assert "transferable: the peak and final value never rises" in caption
     assert side["layout"]["legend"]["x"] > 1
     routers = browser.execute_script(
         "return ['router_z', 'max_vio'].map(n => document.getElementById('fig-' + n))"

@@ -70,11 +70,14 @@ def test_the_peak_final_legend_is_outside_the_plot() -> None:
     assert legend["x"] > 1.0 and legend["xanchor"] == "left"  # right of the plot area, never on a point
 
 
-def test_the_verdict_rule_is_on_the_figure_with_the_outlier_floor() -> None:
+def test_the_verdict_rule_goes_with_the_figure_with_the_outlier_floor() -> None:
+    """The rule is the page's HTML caption under the figure (meta.rule), not an annotation: an
+    annotation never wraps and was clipped at the panel's right edge (issue 35)."""
     fig = stability_figure("mlp_outlier_ratio", None, "depth", why="n/a until runs finish")
-    texts = " ".join(a["text"] for a in fig["layout"]["annotations"])
-    assert "5%" in texts and "1e-05" in texts and "NaN/Inf" in texts
-    assert fig["meta"]["rule"] == verdict_rule("mlp_outlier_ratio")
+    rule = fig["meta"]["rule"]
+    assert rule == verdict_rule("mlp_outlier_ratio")
+    assert "5%" in rule and "1e-05" in rule and "NaN/Inf" in rule and "0.0001" in rule and "spread" in rule
+    assert all("5%" not in a["text"] for a in fig["layout"]["annotations"])
     assert "final value never rises" in verdict_rule("loss")  # the loss is judged by its final value
 
 

@@ -26,7 +26,7 @@
     const steps = inc.steps.map((s) => HW.el("a", { href: link({ run_id: inc.run_id, name: baseName(inc.name), step: s }),
                                                     class: "step-link", text: String(s) }));
     const more = inc.events > inc.steps.length ? ` (${inc.events} events in all)` : "";
-    return HW.el("td", { colspan: 10 },
+    return HW.el("td", { colspan: 11 },
       HW.el("p", { class: "incident-summary", text: inc.summary }),
       list("Layers", sep(inc.layers.map((l) => HW.el("span", { text: String(l) })))),
       list("Heads (layer.head)", sep(inc.heads.map((h) => HW.el("span", { text: `${h.layer}.${h.head}` })))),
@@ -46,7 +46,8 @@
     button.textContent = open ? "▸" : "▾";
   }
 
-  function incidentRow(inc) {
+  function incidentRow(inc, peaks) {
+    const peak = peaks.get(`${inc.run_id}|${inc.name}`);
     const span = inc.first_step === inc.last_step ? String(inc.first_step) : `${inc.first_step} – ${inc.last_step}`;
     const where = inc.layers.length ? ` (layer${inc.layers.length > 1 ? "s" : ""} ${inc.layers.join(", ")})` : "";
     const expand = HW.el("button", { type: "button", class: "expand", "aria-expanded": "false",
@@ -60,7 +61,10 @@
       HW.el("td", {}, HW.el("span", { class: `badge sev-${inc.severity}`, text: inc.severity })),
       HW.el("td", { text: `${baseName(inc.name)}${where}` }),
       HW.el("td", {}, HW.el("a", { href: inc.link, class: "point-link", text: span })),
-      HW.el("td", { class: "num", text: HW.fmtValue(inc.peak_value) }),
+      HW.el("td", { class: "num run-peak", text: peak === undefined ? "" : HW.fmtValue(peak),
+                    title: "the largest value of the series over the whole run" }),
+      HW.el("td", { class: "num event-peak", text: HW.fmtValue(inc.peak_value),
+                    title: "the worst value among the incident's alert events" }),
       HW.el("td", { class: "num", text: String(inc.events) }),
       HW.el("td", { text: inc.message }));
   }
@@ -74,7 +78,8 @@
         HW.api("/api/v1/incidents", { ...params, limit: 1000 }),
         HW.api("/ui/data/alerts", params),
       ]);
-      tbody.replaceChildren(...incidents.map(incidentRow));
+      const peaks = new Map((fig.peaks || []).map((p) => [`${p.run_id}|${p.name}`, p.peak]));
+      tbody.replaceChildren(...incidents.map((inc) => incidentRow(inc, peaks)));
       const events = incidents.reduce((n, i) => n + i.events, 0);
       HW.status(`${incidents.length} incidents (${events} alert events)`);
       await HW.plot(timeline, fig.figure);

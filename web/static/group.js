@@ -28,7 +28,10 @@
     for (const name of INDICATORS) {
       rows.append(HW.el("section", { class: "row", id: "row-" + name },
         HW.el("div", { class: "fig line", id: "fig-" + name }),
-        HW.el("div", { class: "fig side", id: "stab-" + name }),
+        HW.el("div", { class: "side-col" },
+          HW.el("div", { class: "fig side", id: "stab-" + name }),
+          /* the verdict rule in HTML under the figure: it wraps to the panel (an annotation never wraps) */
+          HW.el("p", { class: "rule-caption", id: "rule-" + name })),
         HW.el("p", { class: "missing", id: "missing-" + name })));
     }
   }
@@ -52,6 +55,7 @@
         const why = body.figure.meta.empty || "no run of this group logs it";
         div.replaceChildren(HW.el("p", { class: "empty", text: `${name}: ${why}` }));
         side.replaceChildren();
+        document.getElementById("rule-" + name).textContent = "";
         return;
       }
       div.classList.remove("empty");
@@ -60,6 +64,7 @@
       await HW.plot(div, body.figure);
       await controls.apply(div);
       await HW.plot(side, body.stability);
+      document.getElementById("rule-" + name).textContent = body.stability.meta.rule || "";
       rowNotes.set(name, body.figure.meta);
       showNotes();
     } catch (err) {

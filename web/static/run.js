@@ -53,6 +53,47 @@
     unavailable(run.unavailable || {});
   }
 
+  const SYSTEM = { cuda_max_memory_allocated: "CUDA peak memory allocated (rank 0, running max)",
+    host_rss: "host RSS (rank 0)" };
+
+  function fmtBytes(v) {
+    if (typeof v !== "number") return String(v);
+    for (const [d, s] of [[2 ** 40, "TiB"], [2 ** 30, "GiB"], [2 ** 20, "MiB"], [2 ** 10, "KiB"]]) {
+      if (Math.abs(v) >= d) return `${(v / d).toFixed(2)} ${s}`;
+    }
+    return `${v} B`;
+  }
+
+  /* What the run ran on (the hooks store it in config._hyperwatch) and the newest system metrics. */
+  function environment(config, index) {
+    const hw = (config && config._hyperwatch) || {};
+    const box = document.getElementById("environment");
+    const rows = [];
+    const add = (key, value) => { if (value !== null && value !== undefined && value !== "") rows.push([key, String(value)]); };
+    let commit = null;
+    if (hw.git_commit) commit = hw.git_commit + (hw.git_dirty === true ? " (dirty: uncommitted changes)" : hw.git_dirty === false ? " (clean)" : "");
+    else if (hw.git_unavailable) commit = `unknown: ${hw.git_unavailable}`;
+    add("git commit", commit);
+    add("host", hw.host);
+    add("python", hw.python);
+    add("torch", hw.torch);
+    add("CUDA", hw.cuda);
+    add("cuDNN", hw.cudnn);
+    const count = hw.device_count > 1 ? ` × ${hw.device_count}` : "";
+    add("device", hw.device_name ? `${hw.device_name}${count} (${hw.device})` : hw.device);
+    add("world size", hw.world_size);
+    for (const [name, label] of Object.entries(SYSTEM)) {
+      const last = (index || []).filter((s) => s.name === name && s.layer === null).sort((a, b) => b.step - a.step)[0];
+      if (last) add(label, `${fmtBytes(last.value)} at step ${last.step}`);
+    }
+    box.hidden = rows.length === 0;
+    const short = hw.git_commit ? hw.git_commit.slice(0, 10) + (hw.git_dirty ? " dirty" : "") : null;
+    box.querySelector("summary").textContent = ["Environment", short, hw.host, hw.device_name || hw.device]
+      .filter((v) => v).join(" · ");
+    document.getElementById("env-table").replaceChildren(...rows.map(([k, v]) =>
+      HW.el("tr", {}, HW.el("th", { text: k }), HW.el("td", { text: v }))));
+  }
+
   /* What the hooks could not measure, with their reason and fix: a missing panel is explained. */
   function unavailable(items) {
     const box = document.getElementById("unavailable");
@@ -185,6 +226,7 @@
     document.getElementById("run-title").textContent = `${run.project}/${run.name}`;
     document.title = `${run.name} · HyperWatch`;
     meta(run);
+    environment(run.config, index);
     names = order(Array.from(new Set(index.map((s) => s.name))));
     HW.status(names.length ? "" : "This run has no points yet: they appear here as they arrive.");
     figures.replaceChildren();

@@ -121,3 +121,26 @@ def test_malformed_records_are_refused(records: list[Any], field: str, text: str
     with pytest.raises(AnalysisError, match=text) as info:
         stability_verdict(records)
     assert info.value.field == field
+
+
+def test_an_outlier_ratio_must_reach_a_meaningful_level_and_grow_by_a_clear_factor() -> None:
+    """Issue 35: 2e-6 -> 3.2e-5 (tens of elements per million) said "breaks at 1.02M"."""
+    small = [run("s", 1.0e6, attention_outlier_ratio=[2e-6]), run("l", 1.02e6, attention_outlier_ratio=[3.2e-5])]
+    assert stability_verdict(small).transferable
+    slow = [run("s", 1e6, attention_outlier_ratio=[5e-4]), run("l", 2e6, attention_outlier_ratio=[8e-4])]
+    assert stability_verdict(slow).transferable  # above the level, but 1.6x: not a clear factor
+    big = [run("s", 1e6, attention_outlier_ratio=[2e-4]), run("l", 2e6, attention_outlier_ratio=[9e-4])]
+    (v,) = stability_verdict(big).indicators
+    assert v.verdict == "breaks" and v.breaks_at == 2e6 and "grows 2x" in (v.peak.reason or "")
+
+
+def test_a_rise_within_the_run_to_run_spread_is_not_a_break() -> None:
+    seeds = [
+        run("s1", 1, attention_z=[10.0]),
+        run("s2", 1, attention_z=[14.0]),  # seeds at one size spread by 4
+        run("l1", 2, attention_z=[15.0]),  # +1 over the worst seed (7%, beyond 5%), well within the spread
+    ]
+    assert stability_verdict(seeds).transferable
+    seeds.append(run("l2", 2, attention_z=[30.0]))  # +16 over 14: beyond twice the spread
+    (v,) = stability_verdict(seeds).indicators
+    assert v.verdict == "breaks" and v.breaks_at == 2.0
