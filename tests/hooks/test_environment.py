@@ -33,15 +33,20 @@ def _git(repo: Path, *args: str) -> str:
     return out.stdout.strip()
 
 
-@pytest.fixture
-def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A real git repository with one commit, as the working directory of the training process."""
-    root = tmp_path / "repo"
+def committed_repo(root: Path) -> Path:
+    """``root`` made a git repository with one commit of ``train.py`` (the browser test uses it too)."""
     root.mkdir()
     _git(root, "init", "-q")
     (root / "train.py").write_text("print('train')\n")
     _git(root, "add", "train.py")
     _git(root, "commit", "-q", "-m", "first")
+    return root
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A real git repository with one commit, as the working directory of the training process."""
+    root = committed_repo(tmp_path / "repo")
     monkeypatch.chdir(root)
     return root
 

@@ -41,7 +41,7 @@ def test_attach_with_a_non_utf8_path_in_its_config_delivers(service: Service, tm
         mon.step(step, loss=3.0, lr=1e-3, tokens=step * 64)
     mon.close()
     assert sink.dropped_points == 0 and sink.delivered > 0, sink.last_error
-    assert stored(service.db_url, "surrogate-1").points == 15
+    assert stored(service.db_url, "surrogate-1").points == 20  # loss, lr, tokens, host_rss on 5 steps
     status, _, text = call(service, "GET", "/api/v1/runs")
     assert status == 200
     (run,) = json.loads(text)

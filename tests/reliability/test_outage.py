@@ -53,7 +53,8 @@ def test_service_sigkilled_and_restarted_every_point_exactly_once(
     def train(steps: range) -> None:
         for step in steps:
             mon.step(step, loss=3.0 - step * 1e-4, lr=1e-3, tokens=step * 64)
-            expected.update({("loss", -1, step), ("lr", -1, step), ("tokens", -1, step)})
+            # host_rss: the process's memory, a run-level point on every logged step (hooks.environment)
+            expected.update({("loss", -1, step), ("lr", -1, step), ("tokens", -1, step), ("host_rss", -1, step)})
 
     third = STEPS // 3
     train(range(0, third))
@@ -68,7 +69,7 @@ def test_service_sigkilled_and_restarted_every_point_exactly_once(
 
     got = stored(service.db_url, "outage-1")
     assert got.keys == expected
-    assert got.points == got.distinct == len(expected) == 3 * STEPS
+    assert got.points == got.distinct == len(expected) == 4 * STEPS
     assert got.ingested == got.points, "a point was ingested twice (resent under a new key)"
     assert pending_files(folder) == [] and sink.spool_bytes == 0
     assert sink.dropped_points == 0

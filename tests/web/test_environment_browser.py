@@ -3,10 +3,8 @@ checkout, through the real service, shows its commit, host, versions, device and
 
 from __future__ import annotations
 
-import os
 import platform
 import socket
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,17 +15,12 @@ import torch
 from torch import nn
 
 from hyperwatch import hooks
+from tests.hooks.test_environment import _git, committed_repo
 from tests.web.browser import console_errors, screenshot, wait_for, wait_ready
 from tests.web.conftest import WRITE_TOKEN, Live, _live
 
 pytestmark = pytest.mark.slow
 PROJECT = "envp"
-
-
-def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t"}
-    env["GIT_COMMITTER_EMAIL"] = "t@x"
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +31,7 @@ def env_live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 
 def _record(live: Live, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
     """Train a tiny model for 6 steps from a dirty checkout, sending to the service; (run id, commit)."""
-    repo = tmp / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    (repo / "train.py").write_text("print('train')\n")
-    _git(repo, "add", "train.py")
-    _git(repo, "commit", "-q", "-m", "first")
+    repo = committed_repo(tmp / "repo")
     (repo / "train.py").write_text("print('edited')\n")
     monkeypatch.chdir(repo)
     torch.manual_seed(0)
