@@ -27,5 +27,6 @@ step branch 25 $H --branch --rounds 10
 step outputz 40 $H --output-z --rounds 10
 step overhead 150 $H --control --models llama,dense --modes eager --rounds 4 --block 10
 step profile 40 $H --profile --every 1 --models llama --modes eager --profile-steps 2
-step compiled 110 $H --control --models dense --modes compiled --every 10 --rounds 3 --block 10
+# issue 34: compiled with hooks / compiled without, every=1 and every=10 (the Llama's first logged step runs the hooks' way)
+step compiled 150 $H --compile --models llama --every 1,10 --rounds 3 --block 10
 step trainer 100 python3 bench/trainer_throughput.py --device cuda --preset paper --depth 8 --only dense --rounds 3 --steps 3
