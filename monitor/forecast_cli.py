@@ -129,6 +129,12 @@ def _num(v: Any) -> str:
     return "" if v is None else (v if isinstance(v, str) else fmt_value(float(v)))
 
 
+def _predicted(peak: dict[str, Any]) -> str:
+    """The table's "predicted" cell: the value, or "no reliable" where the band spans more than
+    ``forecasts.UNRELIABLE_RATIO`` (the sentence below the table gives the band)."""
+    return _num(peak["predicted"]) if peak.get("reliable", True) else "no reliable"
+
+
 def table(body: dict[str, Any]) -> str:
     """The forecast as a table (one row per indicator, its peak) and the sentences below it."""
     from hyperwatch.monitor.analysis.forecast import fmt_size
@@ -153,7 +159,7 @@ def table(body: dict[str, Any]) -> str:
         where = {"crosses": fmt_size(cross["size"], axis) if cross.get("size") else "", "above": "below the smallest",
                  "never": "not within 1000x"}.get(cross.get("status", ""), "")  # fmt: skip
         rows.append((name, str(fit.get("n_sizes", sum(p["used"] for p in peak["points"]))),
-                     "" if not fit else f"{fit['exponent']:.3g}", _num(peak["predicted"]), band,
+                     "" if not fit else f"{fit['exponent']:.3g}", _predicted(peak), band,
                      _num(ind["threshold"]), where))  # fmt: skip
         sentences.append(peak["sentence"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

@@ -8,8 +8,10 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from hyperwatch.cli import main
 from hyperwatch.monitor.analysis.forecast import fmt_value
 from hyperwatch.monitor.forecasts import UNRELIABLE_RATIO
+from hyperwatch.monitor.store import SqlStore
 from tests.monitor.conftest import AUTH, create_run, post_points
 from tests.monitor.test_forecast_api import PARAMS, STEPS, layer_points, seed
 
@@ -50,3 +52,19 @@ def test_a_narrow_band_still_predicts_a_value(client: TestClient) -> None:
     peak = client.get(f"/api/v1/groups/{gid}/forecast", params={"params": 3.3e6}).json()["indicators"]["attention_z"]
     peak = peak["peak"]
     assert peak["reliable"] is True and f"{fmt_value(peak['predicted'])} predicted at" in peak["sentence"]
+
+
+def test_the_cli_table_prints_no_value_for_a_band_of_many_decades(
+    sqlite_client: TestClient, sqlite_store: SqlStore, capsys: Any
+) -> None:
+    """``hyperwatch forecast``'s table says "no reliable" where the API says reliable: false."""
+    gid = scattered(sqlite_client)
+    api = sqlite_client.get(f"/api/v1/groups/{gid}/forecast", params={"params": 3.3e7, "name": "attention_z"}).json()
+    peak = api["indicators"]["attention_z"]["peak"]
+    assert peak["reliable"] is False
+    url = sqlite_store.engine.url.render_as_string(hide_password=False)
+    assert main(["forecast", "--db", url, "--group", "scatter", "--params", "3.3e7", "--name", "attention_z"]) == 0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("attention_z ")]
+    assert "no reliable" in row and fmt_value(peak["predicted"]) not in row, row
+    assert peak["sentence"] in out
