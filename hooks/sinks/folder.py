@@ -28,7 +28,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +162,26 @@ def recover_inflight(folder: Path) -> list[Path]:
     if not present:
         clear_inflight(folder)
     return present
+
+
+def load_batches(
+    files: list[Path], max_points: int, single: bool, reject: Callable[[Path, str], None]
+) -> tuple[list[Path], list[Batch]]:
+    """The spool files of one request, in order: as many as fit in ``max_points`` (the first always;
+    only the first when ``single``), each read; an unreadable one is handed to ``reject`` with why,
+    and skipped."""
+    chosen: list[Path] = []
+    batches: list[Batch] = []
+    n = 0
+    for path in files:
+        try:
+            batch = Batch.from_json(read_json(path))
+        except (OSError, ValueError, SchemaError) as exc:
+            reject(path, f"unreadable spool file: {exc}")
+            continue
+        if batches and (single or n + len(batch.points) > max_points):
+            break
+        chosen.append(path)
+        batches.append(batch)
+        n += len(batch.points)
+    return chosen, batches

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hyperwatch.hooks.schema import Batch, SchemaError
+from hyperwatch.hooks.schema import Batch
 from hyperwatch.hooks.sinks import client
 from hyperwatch.hooks.sinks.base import RunInfo, Sink, SinkError
 from hyperwatch.hooks.sinks.folder import (
@@ -54,6 +54,7 @@ from hyperwatch.hooks.sinks.folder import (
     STATUS_FILE,
     UPDATE_FILE,
     clear_inflight,
+    load_batches,
     merge,
     pending_files,
     read_json,
@@ -287,7 +288,12 @@ class HttpSink(Sink):
         self._thread.join(timeout=max(0.05, deadline - time.monotonic()))
         self._thread = None
         if self.refused:
-            log.error("hooks: nothing of run %r was sent: %s; the spool keeps it in %s", *self._refusal())
+            log.error(
+                "hooks: nothing of run %r was sent: %s; the spool keeps it in %s",
+                self._name(),
+                self.refused,
+                self.folder,
+            )
             return
         if done and self.page_url() is not None:
             log.info("hooks: run %r is at %s", self._name(), self.page_url())
@@ -301,14 +307,11 @@ class HttpSink(Sink):
                 "    %s",
                 self.close_timeout,
                 left,
-                self.run.name if self.run else "?",
+                self._name(),
                 self.last_error or "none",
                 self.folder,
                 self.replay_command(),
             )
-
-    def _refusal(self) -> tuple[str, str, Path | None]:
-        return self._name(), self.refused, self.folder
 
     def _name(self) -> str:
         return self.run.name if self.run else "?"
@@ -434,23 +437,6 @@ class HttpSink(Sink):
         """Why creating the run got a 404: the URL is not the service's base URL."""
         return not_found_message(self.url)
 
-    def _load(self, files: list[Path]) -> tuple[list[Path], list[Batch]]:
-        chosen: list[Path] = []
-        batches: list[Batch] = []
-        n = 0
-        for path in files:
-            try:
-                batch = Batch.from_json(read_json(path))
-            except (OSError, ValueError, SchemaError) as exc:
-                self._reject(path, f"unreadable spool file: {exc}")
-                continue
-            if batches and (self._single or n + len(batch.points) > self.max_points):
-                break
-            chosen.append(path)
-            batches.append(batch)
-            n += len(batch.points)
-        return chosen, batches
-
     def _reject(self, path: Path, why: str) -> None:
         assert self.folder is not None
         rejected = self.folder / REJECTED_DIR
@@ -465,7 +451,7 @@ class HttpSink(Sink):
         # the service may have stored the first attempt without our seeing its answer.
         if self._inflight and all(p.is_file() for p in self._inflight):
             files = self._inflight
-        chosen, batches = self._load(files)
+        chosen, batches = load_batches(files, self.max_points, self._single, self._reject)
         self._inflight = chosen
         if not batches:
             return "progress"
