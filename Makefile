@@ -45,31 +45,31 @@ bench: $(STAMP)
 	$(BIN)/python bench/demo_threads.py
 	$(BIN)/python bench/learn_refresh.py
 	nice -n 10 $(BIN)/python bench/forecast.py
-	nice -n 10 $(BIN)/python bench/early_warning.py --out runs/bench/early_warning.json
+	nice -n 10 $(BIN)/python bench/early_warning/run.py --out runs/bench/early_warning.json
 
 # The early-warning sweep on three seed sets at once (about 10 minutes on 2 cores), then its arms side
-# by side: which configurations go wrong on some seeds and not on others (bench/README_early_warning.md).
+# by side: which configurations go wrong on some seeds and not on others (bench/early_warning/README.md).
 EW_SEEDS ?= 0 100 200
 EW_ARGS ?=
 bench-arms: $(STAMP) sysdeps
 	mkdir -p runs/bench/arms
-	pids=(); for s in $(EW_SEEDS); do nice -n 5 $(BIN)/python bench/early_warning.py --seed-offset $$s $(EW_ARGS) \
+	pids=(); for s in $(EW_SEEDS); do nice -n 5 $(BIN)/python bench/early_warning/run.py --seed-offset $$s $(EW_ARGS) \
 	  --out runs/bench/arms/s$$s.json > runs/bench/arms/s$$s.log 2>&1 & pids+=($$!); done; \
 	for p in "$${pids[@]}"; do wait $$p || { tail -n 20 runs/bench/arms/*.log; exit 1; }; done
-	$(BIN)/python bench/ew_arms.py $(foreach s,$(EW_SEEDS),runs/bench/arms/s$(s).json) \
+	$(BIN)/python bench/early_warning/ew_arms.py $(foreach s,$(EW_SEEDS),runs/bench/arms/s$(s).json) \
 	  --peak attention_rms_max --peak attention_z_max --peak mlp_rms_max --peak router_z_max
 
 # The family benchmark (issue 33): six hand-written model families x 12 arms x 3 seeds recorded into a real
-# service (bench/ew_record.py, about 15 minutes with two workers on 2 cores), then the alert rules replayed on
+# service (bench/early_warning/ew_record.py, about 15 minutes with two workers on 2 cores), then the alert rules replayed on
 # the recording and scored leave-one-family-out, both sources: a group learning from its healthy siblings (the
 # service's default), then every run a group's first (--no-learn). The search starts from EW_BASE (the
 # defaults before this benchmark chose any: growth factor 4), so no left-out family shaped its own thresholds.
 EWF_DIR ?= runs/bench/ewf
 EW_BASE ?= {"growth_factor": 4}
 bench-ew: $(STAMP) sysdeps
-	nice -n 5 $(BIN)/python bench/ew_record.py --jobs 2 --out $(EWF_DIR) --workdir $(EWF_DIR)/work
-	$(BIN)/python bench/ew_lofo.py $(EWF_DIR) --base '$(EW_BASE)' --json $(EWF_DIR)/lofo_learn.json
-	$(BIN)/python bench/ew_lofo.py $(EWF_DIR) --base '$(EW_BASE)' --no-learn --json $(EWF_DIR)/lofo_first_runs.json
+	nice -n 5 $(BIN)/python bench/early_warning/ew_record.py --jobs 2 --out $(EWF_DIR) --workdir $(EWF_DIR)/work
+	$(BIN)/python bench/early_warning/ew_lofo.py $(EWF_DIR) --base '$(EW_BASE)' --json $(EWF_DIR)/lofo_learn.json
+	$(BIN)/python bench/early_warning/ew_lofo.py $(EWF_DIR) --base '$(EW_BASE)' --no-learn --json $(EWF_DIR)/lofo_first_runs.json
 
 # schemathesis over the OpenAPI schema, all checks, write token, on SQLite and PostgreSQL: counts
 # responses >= 500 and 503s (fails on any). Measured: 300 examples = 7,600-7,900 cases per database

@@ -26,9 +26,9 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
 from bench.ingest import pg_database
-from hyperwatch.monitor.api.alertmanager import store_firing
+from hyperwatch.monitor.alerting.alertmanager import store_firing
+from hyperwatch.monitor.api.app import create_app
 from hyperwatch.monitor.core.config import Settings
-from hyperwatch.monitor.main import create_app
 from hyperwatch.monitor.store import SqlStore, migrate
 
 TOKEN = "bench-write-token-0123456789abcdef"

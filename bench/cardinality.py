@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.load import database  # noqa: E402
-from hyperwatch.monitor.children import ServiceProcess  # noqa: E402
+from hyperwatch.monitor.processes.children import ServiceProcess  # noqa: E402
 
 TOKEN = "bench-cardinality-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

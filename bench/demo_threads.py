@@ -26,8 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hyperwatch.monitor.children import python_env  # noqa: E402
-from hyperwatch.monitor.lifetime import die_with_parent  # noqa: E402
+from hyperwatch.monitor.processes.children import python_env  # noqa: E402
+from hyperwatch.monitor.processes.lifetime import die_with_parent  # noqa: E402
 from hyperwatch.trainer.sweep import threads_per_run  # noqa: E402
 
 ARMS = {

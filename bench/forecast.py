@@ -45,9 +45,9 @@ sys.path.insert(0, str(ROOT))
 from bench.forecast_sweep import OUT, group_name, run_arms, service  # noqa: E402
 from hyperwatch.hooks.schema import Point  # noqa: E402
 from hyperwatch.monitor.analysis.forecast import SIGMA_FLOOR, fmt_size, fmt_value, forecast  # noqa: E402
-from hyperwatch.monitor.forecasts import DEFAULT_BUCKETS, collect  # noqa: E402
+from hyperwatch.monitor.read.forecasts import DEFAULT_BUCKETS, collect  # noqa: E402
+from hyperwatch.monitor.read.lines import STABILITY_INDICATORS  # noqa: E402
 from hyperwatch.monitor.store import SqlStore, migrate  # noqa: E402
-from hyperwatch.monitor.views import STABILITY_INDICATORS  # noqa: E402
 from tests.web.conftest import serve  # noqa: E402
 
 TARGET_MS = 200.0

@@ -23,7 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hyperwatch.monitor.children import ServiceProcess  # noqa: E402
+from hyperwatch.monitor.processes.children import ServiceProcess  # noqa: E402
 from hyperwatch.trainer.demo import DEMO_SWEEPS, DEMO_THRESHOLDS  # noqa: E402
 from hyperwatch.trainer.sweep import expand, load_sweep, run_sweep, threads_per_run  # noqa: E402
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench.ingest
 from bench.ingest import TOKEN, Row, chunks, encode, fresh, pg_database, rows
-from hyperwatch.monitor.children import ServiceProcess
+from hyperwatch.monitor.processes.children import ServiceProcess
 
 # (stage, markers): a frame "func (path:line)" belongs to the stage of the first marker it contains.
 # Our own functions are looked for first (innermost wins), so SQL run by the rollups counts as rollups.

@@ -1,4 +1,4 @@
-"""What learning costs a run's finish: the group is re-read before the reply (monitor/detect/learned.py).
+"""What learning costs a run's finish: the group is re-read before the reply (monitor/thresholds/learned.py).
 
 A learning group (the default) of N finished runs, each with 100 logged losses and an indicator; then
 one more run is finished, timed beside a PATCH that changes nothing learning reads, in one process on

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from hyperwatch import hooks  # noqa: E402
 from hyperwatch.hooks.sinks import HttpSink  # noqa: E402
-from hyperwatch.monitor.children import ServiceProcess  # noqa: E402
+from hyperwatch.monitor.processes.children import ServiceProcess  # noqa: E402
 from hyperwatch.monitor.store import SqlStore, migrate  # noqa: E402
 from hyperwatch.trainer.model import ModelConfig, Transformer  # noqa: E402
 

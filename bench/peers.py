@@ -47,7 +47,7 @@ from bench.ingest import (
     rows,
     serve,
 )
-from hyperwatch.monitor.lifetime import die_with_parent
+from hyperwatch.monitor.processes.lifetime import die_with_parent
 
 REPO = Path(__file__).resolve().parents[1]
 PEERS_PY = REPO / ".venv-peers" / "bin" / "python"

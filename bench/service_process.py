@@ -1,7 +1,7 @@
 """``hyperwatch serve`` as a child process on a free localhost port, for the benchmarks.
 
 A separate process keeps the client's work off the service's GIL, as in a real deployment. The
-helper itself is :class:`hyperwatch.monitor.children.ServiceProcess`, shared with the demo and
+helper itself is :class:`hyperwatch.monitor.processes.children.ServiceProcess`, shared with the demo and
 the reliability tests.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hyperwatch.monitor.children import ServiceProcess, free_port  # noqa: E402
+from hyperwatch.monitor.processes.children import ServiceProcess, free_port  # noqa: E402
 
 __all__ = ["free_port", "serve_process", "service_process"]
 

@@ -26,14 +26,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "a grid of runs across depth, LR, tokens, arm, S and k, streaming into the service",
     ),
     "demo": ("hyperwatch.trainer.demo", "the main job: a small cross-scale sweep, streamed and summarised"),
-    "fit": ("hyperwatch.monitor.analysis.cli", "scaling analysis: optimal LR, power laws, scaling laws, sensitivity"),
+    "fit": ("hyperwatch.monitor.cli.analysis", "scaling analysis: optimal LR, power laws, scaling laws, sensitivity"),
     "forecast": (
-        "hyperwatch.monitor.forecast_cli",
+        "hyperwatch.monitor.cli.forecast",
         "each indicator of a group forecast at a larger size, with its band and threshold crossing",
     ),
     "serve": ("hyperwatch.serve", "run the monitoring service"),
-    "db": ("hyperwatch.monitor.db_cli", "database schema commands (upgrade, downgrade, current)"),
-    "runs": ("hyperwatch.monitor.runs_cli", "delete a run, or archive / unarchive it (hidden from lists, kept)"),
+    "db": ("hyperwatch.monitor.cli.db", "database schema commands (upgrade, downgrade, current)"),
+    "runs": ("hyperwatch.monitor.cli.runs", "delete a run, or archive / unarchive it (hidden from lists, kept)"),
     "upload": ("hyperwatch.hooks.upload", "replay an offline JSONL folder or an HTTP spool into the service"),
 }
 

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from hyperwatch.monitor.serve_options import (
+from hyperwatch.monitor.core.serve_options import (
     DEFAULT_MAX_CONCURRENT_READS,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_REQUEST_TIMEOUT_S,

@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from hyperwatch.monitor.children import AlertingStack, ChildProcessError, ServiceProcess, alerting_available
+from hyperwatch.monitor.processes.children import AlertingStack, ChildProcessError, ServiceProcess, alerting_available
 from hyperwatch.trainer.config import ConfigError
 from hyperwatch.trainer.sweep import Sweep, SweepRun, expand, load_sweep, run_sweep, threads_per_run
 
@@ -53,7 +53,7 @@ FAST_TOKENS = 131072  # 16 steps of 8192 tokens
 FAST_DEPTHS = (2, 4)
 DEMO_THRESHOLDS: dict[str, float] = {}
 """No demo-only thresholds (issue 21): the demo's groups use the defaults of
-monitor/detect/defaults.py, so what the demo shows is what a user's run gets. The logit ceiling and
+monitor/thresholds/defaults.py, so what the demo shows is what a user's run gets. The logit ceiling and
 the growth rule need no long history, so the demo's blow-up is warned on its time scale with them."""
 
 

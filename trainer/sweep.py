@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hyperwatch.monitor.lifetime import die_with_parent
+from hyperwatch.monitor.processes.lifetime import die_with_parent
 from hyperwatch.trainer.config import SECTIONS, ConfigError, build_config, parse_scalar
 
 log = logging.getLogger(__name__)

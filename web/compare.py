@@ -1,7 +1,7 @@
 """The comparison page's JSON: any runs (across groups and projects) on one chart, under ``/ui/data``.
 
 One indicator, one layer choice (the mean or the max over layers, or one layer), x by step, tokens,
-FLOPs or fraction of training; every number through the read layer (:class:`monitor.views_read.Reader`),
+FLOPs or fraction of training; every number through the read layer (:class:`monitor.read.reader.Reader`),
 the same lines the group page and the API give. Runs are coloured by a categorical palette (runs of
 different groups may share a size, so the group page's size colours would collide) and labelled
 ``project/group/name``.
@@ -14,12 +14,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from hyperwatch.monitor.analysis import jsonable
-from hyperwatch.monitor.api.params import layer_number, line_query
+from hyperwatch.monitor.api.deps import QueryReaderDep
+from hyperwatch.monitor.api.params import line_query
+from hyperwatch.monitor.api.schemas import MetricName
 from hyperwatch.monitor.core.errors import InvalidInputError
-from hyperwatch.monitor.schemas import MetricName
+from hyperwatch.monitor.read.lines import TokenMap
+from hyperwatch.monitor.read.reader import layer_number
 from hyperwatch.monitor.store.entities import Run
-from hyperwatch.monitor.views import TokenMap
-from hyperwatch.monitor.views_read import QueryReaderDep
 from hyperwatch.web.data import GL, Buckets, live_cursor
 from hyperwatch.web.figures import RunLine, XAxis, compare_figure
 

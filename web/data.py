@@ -1,7 +1,7 @@
 """JSON the pages draw: ready-made Plotly figures, under ``/ui/data`` (read auth, like /api/v1 reads).
 
-Every number comes through the read layer only (:class:`monitor.views_read.Reader`, which also
-checks read auth, and :mod:`monitor.views`): the functions the API routes answer with, so a page
+Every number comes through the read layer only (:class:`monitor.read.reader.Reader`, which also
+checks read auth, and :mod:`monitor.read.lines`): the functions the API routes answer with, so a page
 never shows a number the API would not give. Each figure's ``live`` says where the page's live
 stream (GET /api/v1/live) starts.
 """
@@ -15,10 +15,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from hyperwatch.monitor.analysis import AnalysisError, fit_group, jsonable, stability_verdict
+from hyperwatch.monitor.api.deps import QueryReaderDep, ReaderDep
 from hyperwatch.monitor.api.params import Limit, buckets_query
+from hyperwatch.monitor.api.schemas import MetricName
 from hyperwatch.monitor.core.errors import InvalidInputError
-from hyperwatch.monitor.schemas import MetricName
-from hyperwatch.monitor.views import (
+from hyperwatch.monitor.read.lines import (
     STABILITY_INDICATORS,
     Agg,
     TokenMap,
@@ -27,7 +28,6 @@ from hyperwatch.monitor.views import (
     stability_values,
     truncate,
 )
-from hyperwatch.monitor.views_read import QueryReaderDep, ReaderDep
 from hyperwatch.web.figures import (
     RunLine,
     XAxis,

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hyperwatch.monitor.read.lines import FINAL_ONLY, AggSeries, XAxis, XAxisError, x_values
 from hyperwatch.monitor.store.entities import Alert, LayerMatrix, Run
-from hyperwatch.monitor.views import FINAL_ONLY, AggSeries, XAxis, XAxisError, x_values
 from hyperwatch.web.scale import NONFINITE_COLOUR, esc, human_count
 
 __all__ = ["XAxis", "XAxisError", "x_values"]  # re-exported for the pages

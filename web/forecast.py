@@ -1,6 +1,6 @@
 """The forecast on the pages: the scale page's panel and the run page's "against the forecast" figure.
 
-Both read :mod:`monitor.forecasts` (the API's and ``hyperwatch forecast``'s read layer), so the
+Both read :mod:`monitor.read.forecasts` (the API's and ``hyperwatch forecast``'s read layer), so the
 sentence under the figure is the API's ``sentence`` word for word. The panel's figure: each size's
 peak (left-out sizes as red markers, their reason in the sentence), the fitted power law with its
 band, the threshold line, the target with its predicted value and band, the crossing, and a run
@@ -19,9 +19,9 @@ from hyperwatch.monitor.analysis import jsonable
 from hyperwatch.monitor.analysis.forecast import DEFAULT_LEVEL, Axis, fmt_size, fmt_value, label
 from hyperwatch.monitor.api.deps import ReadAuth, StoreDep
 from hyperwatch.monitor.api.params import float_query
-from hyperwatch.monitor.forecasts import collect, default_target, forecast_group, run_forecast
-from hyperwatch.monitor.schemas import MetricName
-from hyperwatch.monitor.views import STABILITY_INDICATORS, Agg
+from hyperwatch.monitor.api.schemas import MetricName
+from hyperwatch.monitor.read.forecasts import collect, default_target, forecast_group, run_forecast
+from hyperwatch.monitor.read.lines import STABILITY_INDICATORS, Agg
 from hyperwatch.web.figures import base_layout, nonfinite_trace, note
 from hyperwatch.web.scale import NONFINITE_COLOUR, esc
 

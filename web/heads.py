@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hyperwatch.monitor.views_read import HeadMatrix
+from hyperwatch.monitor.read.reader import HeadMatrix
 from hyperwatch.web.figures import base_layout, heatmap_traces, note
 from hyperwatch.web.scale import esc
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from html import escape
 from typing import get_args
 
-from hyperwatch.monitor.schemas import Status
+from hyperwatch.monitor.api.schemas import Status
 
 NAV = (("Runs", "/runs"), ("Compare", "/compare"), ("Alerts", "/alerts"))
 

@@ -1,9 +1,9 @@
 """Groups may learn thresholds from their finished healthy runs: ``groups.learn_thresholds``, ``groups.learned``.
 
 ``learn_thresholds`` (nullable boolean): the group's setting (``PATCH /api/v1/groups/{id}``); NULL
-follows the service's default (``monitor.detect.defaults.LEARN_BY_DEFAULT``). ``learned`` (nullable
+follows the service's default (``monitor.thresholds.defaults.LEARN_BY_DEFAULT``). ``learned`` (nullable
 JSON): what the service read from the group's finished healthy runs, the peaks of the metrics it
-learns from and the runs they came from (``monitor.detect.learned``), written when a run of the
+learns from and the runs they came from (``monitor.thresholds.learned``), written when a run of the
 group finishes or the group's learning setting is sent; NULL: not read yet. Existing groups get
 NULL in both: nothing changes until a group turns learning on.
 

@@ -5,7 +5,7 @@ Two paths, one answer:
 - **fast**: msgspec decodes the JSON straight into typed structs (types, ranges, required and
   unknown fields checked in C), the few distinct names and the run name are checked once each,
   and the fields become numpy columns (:class:`hooks.columns.PointColumns`). It accepts only what
-  :class:`monitor.schemas.BatchIn` accepts, with the same values; anything else (an error, or a
+  :class:`monitor.api.schemas.BatchIn` accepts, with the same values; anything else (an error, or a
   legal but unusual body: a step written ``12.0``, a bare ``NaN``, an integer beyond the double
   range) returns None.
 - **exact**: ``json.loads`` and :class:`BatchIn`, as FastAPI itself would read a declared body, so
@@ -42,7 +42,7 @@ from hyperwatch.hooks.schema import (
     validate_name,
     validate_run_name,
 )
-from hyperwatch.monitor.schemas import BatchIn
+from hyperwatch.monitor.api.schemas import BatchIn
 
 JSON_MEDIA_TYPE = "application/json"
 # FastAPI's words for a body json.loads could not take; the app's error handler words it for us.

@@ -20,6 +20,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from hyperwatch.monitor.api.params import check_id
 from hyperwatch.monitor.core.config import Settings
+from hyperwatch.monitor.read.reader import Reader
 from hyperwatch.monitor.store.base import Store
 
 _bearer = HTTPBearer(auto_error=False, description="HYPERWATCH_WRITE_TOKEN (or HYPERWATCH_READ_TOKEN for reads)")
@@ -119,3 +120,22 @@ class ReadSlots:
             slots = self._slots[loop] = asyncio.Semaphore(self.n)
         async with slots:
             yield
+
+
+async def reader(request: Request, _: Annotated[None, Depends(require_read)]) -> Reader:
+    """Read auth (the read token when one is set), then the app's store and settings."""
+    return Reader(await get_store(request), await get_settings(request))
+
+
+ReaderDep = Annotated[Reader, Depends(reader)]
+
+
+async def query_reader(request: Request, read: ReaderDep) -> AsyncIterator[Reader]:
+    """The reader of a series or figure read: the request holds one of the service's read slots while
+    it runs (``HYPERWATCH_MAX_CONCURRENT_READS``, :class:`monitor.api.deps.ReadSlots`). The live
+    stream's reads (small, and a stream waits most of its life) take :data:`ReaderDep` instead."""
+    async with request.app.state.read_slots.hold():
+        yield read
+
+
+QueryReaderDep = Annotated[Reader, Depends(query_reader)]

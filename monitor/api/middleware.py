@@ -9,7 +9,7 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hyperwatch.monitor.prometheus import REQUEST_DURATION
+from hyperwatch.monitor.alerting.prometheus import REQUEST_DURATION
 
 
 def _message(limit: int) -> str:

@@ -161,14 +161,6 @@ def parse_line(text: str, field: str, named: Sequence[str]) -> str:
     )
 
 
-def layer_number(mode: str) -> int | None:
-    """The layer a line choice names (``"7"`` -> 7), None for ``mean``/``max``/``heat``."""
-    if _UNSIGNED.fullmatch(mode) and len(mode) <= MAX_TEXT:
-        number = int(mode)
-        return number if number <= MAX_LAYER else None
-    return None
-
-
 def line_query(field: str, named: Sequence[str], description: str) -> Any:
     """A query parameter's ``Query`` for a line choice (:func:`parse_line`)."""
     return _with_rule(Query(description=description), lambda t: parse_line(t, field, named))

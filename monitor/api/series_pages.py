@@ -3,7 +3,7 @@
 A flooded run's page of 5,000 series costs ~0.1 s to read and encode; thirty readers asking for it
 at once each paid that, and a one-point write beside them waited 10x its usual time (issue 37). A
 page is the same bytes until the run's next batch moves ``last_point_at`` (every stored point does:
-the same key as ``views_read``'s index cache), so it is kept as encoded JSON, keyed by that state,
+the same key as ``read.reader``'s index cache), so it is kept as encoded JSON, keyed by that state,
 and computed once while concurrent readers of the same page wait for it (one lock per key). The
 cache is bounded by its bytes (:data:`MAX_BYTES`), oldest out first.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from hyperwatch.monitor.schemas import SeriesInfoOut
+from hyperwatch.monitor.api.schemas import SeriesInfoOut
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import SeriesInfo
 

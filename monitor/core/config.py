@@ -1,6 +1,6 @@
 """Service settings, read from the environment with the prefix ``HYPERWATCH_``.
 
-One :class:`Settings` object is built at start-up and handed to :func:`monitor.main.create_app`.
+One :class:`Settings` object is built at start-up and handed to :func:`monitor.api.app.create_app`.
 Outside dev mode it refuses to start with a missing or placeholder write token (and a placeholder
 read token): a monitoring service reachable on a network must not accept anonymous writes.
 """
@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from hyperwatch.hooks.schema import MAX_POINTS_PER_BATCH
-from hyperwatch.monitor.serve_options import default_concurrent_reads
+from hyperwatch.monitor.core.serve_options import default_concurrent_reads
 
 PLACEHOLDER_SECRETS = frozenset({"", "changethis", "changeme", "change-me", "secret", "password", "token", "dev"})
 MIN_TOKEN_LENGTH = 16

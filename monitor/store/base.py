@@ -48,7 +48,7 @@ class WindowReader(Protocol):
 Detector = Callable[[WindowReader], Sequence[NewAlert]]
 DetectorFor = Callable[[int, GroupThresholds | None], Detector | None]
 """The detector of a batch, given its run's id and its group's threshold settings (None: no group)."""
-"""What :meth:`Store.ingest` runs on a new batch inside its transaction (see monitor.detectors)."""
+"""What :meth:`Store.ingest` runs on a new batch inside its transaction (see monitor.alerting.detectors)."""
 
 
 class Store(ABC):
@@ -111,7 +111,7 @@ class Store(ABC):
     @abstractmethod
     def list_groups(self, project: str | None = None) -> list[Group]: ...
 
-    # what a group learns its thresholds from (monitor.detect.learned; monitor.store.learning)
+    # what a group learns its thresholds from (monitor.thresholds.learned; monitor.store.learning)
     @abstractmethod
     def group_run_health(self, group_id: int) -> list[RunHealth]:
         """Each run of the group with its status, last loss and kinds of incident, by id."""

@@ -40,14 +40,14 @@ class Group:
     thresholds: dict[str, Any]
     created_at: datetime
     updated_at: datetime
-    learn_thresholds: bool | None = None  # None: the service's default (monitor.detect.defaults)
-    learned: dict[str, Any] | None = None  # read from its finished healthy runs (monitor.detect.learned)
+    learn_thresholds: bool | None = None  # None: the service's default (monitor.thresholds.defaults)
+    learned: dict[str, Any] | None = None  # read from its finished healthy runs (monitor.thresholds.learned)
 
 
 @dataclass(frozen=True)
 class GroupThresholds:
     """A group's threshold settings, as a batch's transaction reads them for the detectors:
-    its overrides, its learning setting and what was learned (merged by monitor.detect.learned)."""
+    its overrides, its learning setting and what was learned (merged by monitor.thresholds.learned)."""
 
     thresholds: dict[str, Any]
     learn_thresholds: bool | None = None
@@ -56,7 +56,7 @@ class GroupThresholds:
 
 @dataclass(frozen=True)
 class RunHealth:
-    """What decides whether a group learns from a run (monitor.detect.learned): its status, its last
+    """What decides whether a group learns from a run (monitor.thresholds.learned): its status, its last
     loss (None: no loss logged; NaN kept) and the (rule, severity) of each kind of incident it has."""
 
     id: int

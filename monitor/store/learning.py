@@ -1,4 +1,4 @@
-"""The reads a group's learned thresholds come from (policy in :mod:`monitor.detect.learned`), and their write.
+"""The reads a group's learned thresholds come from (policy in :mod:`monitor.thresholds.learned`), and their write.
 
 - :meth:`LearningMixin.group_run_health`: each run of the group, its status, its last loss (from
   ``series_latest``) and the kinds of incident it has (rule, severity): two small reads.

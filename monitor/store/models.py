@@ -154,7 +154,7 @@ class GroupRow(Base):
     description: Mapped[str] = mapped_column(Text, default="")
     config: Mapped[dict] = mapped_column(JSON)
     thresholds: Mapped[dict] = mapped_column(JSON)
-    # migration 0010 (monitor.detect.learned): learn thresholds from the group's finished healthy runs
+    # migration 0010 (monitor.thresholds.learned): learn thresholds from the group's finished healthy runs
     # (None: the service's default), and what was read from those runs (None: not read yet)
     learn_thresholds: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     learned: Mapped[dict | None] = mapped_column(JSON, nullable=True)

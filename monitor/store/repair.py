@@ -1,6 +1,6 @@
 """Robust reads: a stored row the API could not send back is repaired on the way out, and logged.
 
-The API validates every run and group field before it is stored (monitor.schemas), so a bad row
+The API validates every run and group field before it is stored (monitor.api.schemas), so a bad row
 can only come from an older version, another writer or a hand edit. One such row must never fail
 a list for everyone: each repair here turns a value into one the response models accept, keeps as
 much of it as it can, and logs a warning naming the row so an operator can fix it at the source.

@@ -1,5 +1,5 @@
-"""The family benchmark's models, schedules, faults and CLI (``bench/ew_families.py``,
-``bench/ew_record.py``): fast checks on tiny batches, no service."""
+"""The family benchmark's models, schedules, faults and CLI (``bench/early_warning/ew_families.py``,
+``bench/early_warning/ew_record.py``): fast checks on tiny batches, no service."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "early_warning"
 sys.path.insert(0, str(BENCH))
 
 from ew_families import BEST_LR, FAMILIES, build, expected_params, losses  # noqa: E402

@@ -1,4 +1,4 @@
-"""``bench/ew_truth.py`` and ``bench/ew_lofo.py`` on synthetic recordings: the families' ground truth
+"""``ew_truth.py`` and ``ew_lofo.py`` (``bench/early_warning/``) on synthetic recordings: the families' ground truth
 (the 0.15 / 0.05 cut-offs, the median over seeds, the lowest reference arm), what counts as a miss, a
 false alarm or a pre-fault false alarm, a left-out family never used to choose its thresholds, and the
 CLI (its table, its exit 2 on bad input)."""
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "early_warning"))
 
 import ew_lofo  # noqa: E402
 from ew_learn import family_peaks, learned_over, learning_scorer, run_peaks  # noqa: E402
@@ -247,10 +247,10 @@ def test_bad_input_exits_2_naming_the_fix(recorded: Path, tmp_path: Path, capsys
     del doc["batches"]
     bad.write_text(json.dumps(doc))
     err = _fails(capsys, str(recorded), "--no-prom")
-    assert "mid-best-s0.json: missing field(s) batches" in err and "bench/ew_record.py" in err
+    assert "mid-best-s0.json: missing field(s) batches" in err and "bench/early_warning/ew_record.py" in err
 
 
-# --- learning (bench/ew_learn.py): each family a group that learns from its healthy best runs ---
+# --- learning (bench/early_warning/ew_learn.py): each family a group that learns from its healthy best runs ---
 
 
 def test_run_peaks_read_the_layers_and_heads_finite_values() -> None:

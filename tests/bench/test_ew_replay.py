@@ -1,4 +1,4 @@
-"""``bench/ew_replay.py``: the service's detectors replayed offline on recorded batches. The in-memory
+"""``bench/early_warning/ew_replay.py``: the service's detectors replayed offline on recorded batches. The in-memory
 reader reads as the SQL store does (re-sent steps, NaN), the replay raises what the store's ingest
 with the detector raises, and the one-pass trace gives the full replay's alerts at any threshold set."""
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "early_warning"))
 
 from ew_replay import (  # noqa: E402
     MemoryReader,
@@ -28,7 +28,7 @@ from ew_replay import (  # noqa: E402
 )
 
 from hyperwatch.hooks.columns import PointColumns  # noqa: E402
-from hyperwatch.monitor.detectors import detect  # noqa: E402
+from hyperwatch.monitor.alerting.detectors import detect  # noqa: E402
 from hyperwatch.monitor.store import SqlStore, migrate  # noqa: E402
 from hyperwatch.monitor.store.base import WindowReader  # noqa: E402
 from hyperwatch.monitor.store.entities import NewAlert  # noqa: E402

@@ -1,7 +1,7 @@
 """Real Prometheus and Alertmanager in the loop: an attention-Z spike fires and arrives as an alert.
 
 The service, ``/usr/bin/prometheus`` and ``/usr/bin/prometheus-alertmanager`` run as child
-processes on free localhost ports (monitor/children.py). Prometheus scrapes the service every
+processes on free localhost ports (monitor/processes/children.py). Prometheus scrapes the service every
 second and evaluates prometheus/rules.yml (``fast_rules``: every ``for:`` is 0s; the expressions
 and thresholds are the production ones, and the Z-spike baseline is counted in steps, so no time
 scale needs shortening); Alertmanager posts the firing alert to ``POST /api/v1/alerts/prometheus``;
@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hyperwatch.monitor.children import RULES, AlertingStack, ServiceProcess, alerting_available, fast_rules
+from hyperwatch.monitor.processes.children import RULES, AlertingStack, ServiceProcess, alerting_available, fast_rules
 
 pytestmark = pytest.mark.skipif(
     alerting_available() is not None and __import__("os").environ.get("CI") != "true",

@@ -25,9 +25,9 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
 from hyperwatch.app import create_app
-from hyperwatch.monitor.children import alerting_available, free_port
 from hyperwatch.monitor.core.config import Settings
-from hyperwatch.monitor.lifetime import die_with_parent
+from hyperwatch.monitor.processes.children import alerting_available, free_port
+from hyperwatch.monitor.processes.lifetime import die_with_parent
 from hyperwatch.monitor.store import SqlStore
 from tests.web.browser import chromium, console_errors, screenshot, wait_for, wait_ready
 from tests.web.conftest import serve

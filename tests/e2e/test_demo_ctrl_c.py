@@ -16,8 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hyperwatch.monitor.children import free_port
-from hyperwatch.monitor.lifetime import die_with_parent
+from hyperwatch.monitor.processes.children import free_port
+from hyperwatch.monitor.processes.lifetime import die_with_parent
 from hyperwatch.monitor.store import SqlStore
 
 

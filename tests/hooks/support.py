@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from hyperwatch.monitor.lifetime import die_with_parent
+from hyperwatch.monitor.processes.lifetime import die_with_parent
 
 HERE = Path(__file__).parent
 

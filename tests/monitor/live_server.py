@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from hyperwatch.monitor.live_notify import news
+from hyperwatch.monitor.read.live_notify import news
 from hyperwatch.monitor.store import SqlStore
 from tests.monitor.conftest import AUTH, WRITE_TOKEN
 from tests.server_thread import start

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from hyperwatch.monitor import children
-from hyperwatch.monitor.children import ServiceProcess, free_port
+from hyperwatch.monitor.processes import children
+from hyperwatch.monitor.processes.children import ServiceProcess, free_port
 from hyperwatch.monitor.store import SqlStore, chunks, migrate
 from hyperwatch.monitor.store.engine import make_engine, managed
 
@@ -52,7 +52,7 @@ def python_env(**extra: str) -> dict[str, str]:
 
 class Service(ServiceProcess):
     """``hyperwatch serve`` on 127.0.0.1:``port`` over ``db_url``, as a child process (the shared
-    helper, :class:`hyperwatch.monitor.children.ServiceProcess`, with the reliability tests' defaults:
+    helper, :class:`hyperwatch.monitor.processes.children.ServiceProcess`, with the reliability tests' defaults:
     the write token set, no dev mode, no inherited HYPERWATCH_* settings, ready when /healthz answers)."""
 
     def __init__(self, db_url: str, log_path: Path, port: int | None = None, **env: str) -> None:

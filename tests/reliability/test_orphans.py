@@ -2,7 +2,7 @@
 
 A small Python parent starts the real helpers (``ServiceProcess``; ``AlertingStack`` when
 Prometheus is installed), prints their pids, and is then killed with SIGKILL: no ``finally``, no
-``atexit``, only the kernel's parent-death signal (``hyperwatch.monitor.lifetime.die_with_parent``) can
+``atexit``, only the kernel's parent-death signal (``hyperwatch.monitor.processes.lifetime.die_with_parent``) can
 stop them. The children must be gone, and their ports closed, within seconds.
 """
 
@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from hyperwatch.monitor.children import alerting_available, python_env
-from hyperwatch.monitor.lifetime import die_with_parent
+from hyperwatch.monitor.processes.children import alerting_available, python_env
+from hyperwatch.monitor.processes.lifetime import die_with_parent
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 
 PARENT = """
 import json, sys, time
 from pathlib import Path
-from hyperwatch.monitor.children import AlertingStack, ServiceProcess
+from hyperwatch.monitor.processes.children import AlertingStack, ServiceProcess
 out = Path(sys.argv[1])
 svc = ServiceProcess(f"sqlite:///{out / 'hw.db'}", log_path=out / "service.log").start()
 pids = {"service": svc.proc.pid, "urls": [svc.url + "/healthz"]}
@@ -108,7 +108,7 @@ def test_die_with_parent_runs_the_command_with_the_requested_signal(tmp_path: Pa
     )
     parent_code = (
         "import subprocess, sys, time\n"
-        "from hyperwatch.monitor.lifetime import die_with_parent\n"
+        "from hyperwatch.monitor.processes.lifetime import die_with_parent\n"
         f"cmd = die_with_parent([sys.executable, '-c', {child!r}], 2)\n"
         "p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)\n"
         "assert p.stdout.readline().strip() == 'ready'\n"

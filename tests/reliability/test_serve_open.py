@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hyperwatch.monitor.children import ServiceProcess
+from hyperwatch.monitor.processes.children import ServiceProcess
 from hyperwatch.serve import is_loopback
 from tests.reliability.support import REPO, free_port, python_env
 

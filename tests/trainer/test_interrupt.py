@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 
-from hyperwatch.monitor.children import ServiceProcess, python_env
-from hyperwatch.monitor.lifetime import die_with_parent
+from hyperwatch.monitor.processes.children import ServiceProcess, python_env
+from hyperwatch.monitor.processes.lifetime import die_with_parent
 from hyperwatch.trainer.sweep import INTERRUPTED_CODES
 
 

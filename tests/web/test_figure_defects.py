@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hyperwatch.monitor.analysis.scaling import compare_methods
+from hyperwatch.monitor.read.lines import AggSeries
 from hyperwatch.monitor.store.entities import Alert, LayerMatrix
-from hyperwatch.monitor.views import AggSeries
 from hyperwatch.web.figures import (
     ALERT_STRIP,
     RunLine,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from hyperwatch.monitor.read.lines import AggSeries
 from hyperwatch.monitor.store.entities import LayerMatrix, Run
-from hyperwatch.monitor.views import AggSeries
 from hyperwatch.web.figures import RunLine, XAxisError, compare_figure, heatmap_figure, note, stability_figure, x_values
 from hyperwatch.web.scale import colours, esc, human_count, labels, order_by_size, scale_label
 from hyperwatch.web.sweeps import law_text

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hyperwatch.monitor.detect.defaults import DEFAULT_THRESHOLDS
+from hyperwatch.monitor.thresholds.defaults import DEFAULT_THRESHOLDS
 from tests.web.browser import console_errors, screenshot, wait_for, wait_ready
 from tests.web.conftest import WRITE_TOKEN, Live, _live
 

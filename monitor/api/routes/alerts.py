@@ -20,11 +20,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from hyperwatch.monitor.api.alertmanager import store_firing
+from hyperwatch.monitor.alerting import explain
+from hyperwatch.monitor.alerting.alertmanager import store_firing
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
 from hyperwatch.monitor.api.params import Limit, Offset
-from hyperwatch.monitor.detect import explain
-from hyperwatch.monitor.schemas import AlertOut, WireFloat
+from hyperwatch.monitor.api.schemas import AlertOut, WireFloat
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["alerts"])

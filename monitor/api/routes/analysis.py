@@ -6,7 +6,7 @@
   the stability indicators of spec section 4, one line per run.
 
 The reads (each run's line, its record, the matched fraction of training) live in
-:mod:`monitor.views`, which the web pages call too, so a verdict always describes what a page shows.
+:mod:`monitor.read.lines`, which the web pages call too, so a verdict always describes what a page shows.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hyperwatch.monitor.analysis import AnalysisError, fit_group, jsonable, stab
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep
 from hyperwatch.monitor.api.params import buckets_query, float_query
 from hyperwatch.monitor.core.errors import InvalidInputError
-from hyperwatch.monitor.views import (
+from hyperwatch.monitor.read.lines import (
     STABILITY_INDICATORS,
     Agg,
     ScaleField,

@@ -1,4 +1,4 @@
-"""Forecasts across scale, read through :mod:`monitor.forecasts` (the same numbers the pages and
+"""Forecasts across scale, read through :mod:`monitor.read.forecasts` (the same numbers the pages and
 ``hyperwatch forecast`` show).
 
 - ``GET /api/v1/groups/{group_id}/forecast?params=7e9`` (or ``?flops=3e21``): each indicator's peak
@@ -19,8 +19,8 @@ from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep
 from hyperwatch.monitor.api.params import buckets_query, float_query
 from hyperwatch.monitor.api.routes.analysis import indicator_names
 from hyperwatch.monitor.core.errors import InvalidInputError
-from hyperwatch.monitor.forecasts import DEFAULT_BUCKETS, DEFAULT_LIMITS, group_forecast, run_forecast
-from hyperwatch.monitor.views import Agg
+from hyperwatch.monitor.read.forecasts import DEFAULT_BUCKETS, DEFAULT_LIMITS, group_forecast, run_forecast
+from hyperwatch.monitor.read.lines import Agg
 
 router = APIRouter(tags=["forecast"], dependencies=[ReadAuth])
 

@@ -9,16 +9,16 @@ from fastapi import APIRouter, Response
 from pydantic import ValidationError
 
 from hyperwatch.monitor.api.deps import ReadAuth, StoreDep, WriteAuth
-from hyperwatch.monitor.detect import learned
-from hyperwatch.monitor.schemas import GroupCreate, GroupFields, GroupOut, ThresholdOut
+from hyperwatch.monitor.api.schemas import GroupCreate, GroupFields, GroupOut, ThresholdOut
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import Group
+from hyperwatch.monitor.thresholds import learned
 
 router = APIRouter(tags=["groups"])
 log = logging.getLogger(__name__)
 
 
-THRESHOLDS_DOC = """Every detector threshold of the group (the keys of `monitor/detect/defaults.py`
+THRESHOLDS_DOC = """Every detector threshold of the group (the keys of `monitor/thresholds/defaults.py`
 `DEFAULT_THRESHOLDS`) with the value the service's detectors and the exported Prometheus gauges use,
 and where it came from:
 

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from hyperwatch.hooks.schema import MAX_STEP
+from hyperwatch.monitor.api.deps import ReaderDep
 from hyperwatch.monitor.api.params import (
     MAX_INT64,
     MAX_ROW_ID,
@@ -20,14 +21,13 @@ from hyperwatch.monitor.api.params import (
     parse_int,
     parse_line,
 )
+from hyperwatch.monitor.api.schemas import MetricName, XAxis
 from hyperwatch.monitor.core.errors import InvalidInputError
-from hyperwatch.monitor.live_fanout import Watch, check_runs
-from hyperwatch.monitor.live_fanout import events as _events
-from hyperwatch.monitor.live_fanout import next_answer as _next
-from hyperwatch.monitor.live_notify import FALLBACK_S
-from hyperwatch.monitor.schemas import MetricName, XAxis
-from hyperwatch.monitor.views_live import LINE_MODES, Cursor
-from hyperwatch.monitor.views_read import ReaderDep
+from hyperwatch.monitor.read.live import LINE_MODES, Cursor
+from hyperwatch.monitor.read.live_fanout import Watch, check_runs
+from hyperwatch.monitor.read.live_fanout import events as _events
+from hyperwatch.monitor.read.live_fanout import next_answer as _next
+from hyperwatch.monitor.read.live_notify import FALLBACK_S
 
 router = APIRouter(tags=["query"])  # ReaderDep checks read auth
 

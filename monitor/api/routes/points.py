@@ -11,19 +11,19 @@ from fastapi.responses import Response
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
+from hyperwatch.monitor.alerting.detectors import detect
+from hyperwatch.monitor.alerting.forecast_band import ForecastWatches
+from hyperwatch.monitor.alerting.prometheus import ALERTS_RAISED, BATCHES_INGESTED, POINTS_INGESTED
 from hyperwatch.monitor.api.batch_body import REQUEST_BODY, ParsedBatch, read_batch
 from hyperwatch.monitor.api.deps import SettingsDep, StoreDep, WriteAuth
+from hyperwatch.monitor.api.schemas import IngestOut, ProjectName
 from hyperwatch.monitor.core.errors import InvalidInputError
-from hyperwatch.monitor.detect.learned import effective_thresholds
-from hyperwatch.monitor.detectors import detect
-from hyperwatch.monitor.forecast_alerts import ForecastWatches
-from hyperwatch.monitor.live_notify import news
-from hyperwatch.monitor.prometheus import ALERTS_RAISED, BATCHES_INGESTED, POINTS_INGESTED
-from hyperwatch.monitor.schemas import IngestOut, ProjectName
+from hyperwatch.monitor.read.live_notify import news
 from hyperwatch.monitor.store.base import Detector, Store, WindowReader
 from hyperwatch.monitor.store.entities import GroupThresholds, IngestResult, NewAlert
 from hyperwatch.monitor.store.names import MAX_NAMES_PER_BATCH, check_name_count
 from hyperwatch.monitor.store.points import last_per_key
+from hyperwatch.monitor.thresholds.learned import effective_thresholds
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["points"])
@@ -104,7 +104,7 @@ async def ingest(
             ALERTS_RAISED.labels(alert.rule).inc()
             log.info("alert %s on %s/%s: %s", alert.rule, project, batch.run, alert.message)
     # IngestOut's fields, written directly (a model instance and its dump cost more than the rest of
-    # the reply); tests/monitor/test_ingest.py checks the reply against the documented model
+    # the reply); tests/monitor/store/test_ingest.py checks the reply against the documented model
     out = {"accepted": result.accepted, "duplicate": result.duplicate, "run_id": run_id, "alerts": len(result.alerts)}
     # the run's forecast band is (re)read after the reply: the next batches are checked against it
     later = BackgroundTask(watches.refresh, store, run_id) if watches.due(run_id) else None

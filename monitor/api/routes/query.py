@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from hyperwatch.monitor.api.deps import QueryReaderDep, ReaderDep
 from hyperwatch.monitor.api.params import End, Layer, Start, buckets_query
-from hyperwatch.monitor.core.errors import InvalidInputError
-from hyperwatch.monitor.schemas import (
+from hyperwatch.monitor.api.schemas import (
     CompareOut,
     ComparePoint,
     CompareSeries,
@@ -19,9 +19,9 @@ from hyperwatch.monitor.schemas import (
     WireFloat,
     XAxis,
 )
+from hyperwatch.monitor.core.errors import InvalidInputError
+from hyperwatch.monitor.read.lines import XAxisError, x_values
 from hyperwatch.monitor.store.entities import Run, Series
-from hyperwatch.monitor.views import XAxisError, x_values
-from hyperwatch.monitor.views_read import QueryReaderDep, ReaderDep
 
 router = APIRouter(tags=["query"])  # both readers check read auth; QueryReaderDep also waits for a read slot
 
@@ -48,7 +48,7 @@ def series(
 
 
 def _x_values(run: Run, s: Series, x: XAxis) -> list[ComparePoint]:
-    """The points on axis ``x`` by the one rule the pages use too (:func:`monitor.views.x_values`)."""
+    """The points on axis ``x`` by the one rule the pages use too (:func:`monitor.read.lines.x_values`)."""
     try:
         xs = x_values(run, [p.step for p in s.points], [p.tokens for p in s.points], x)
     except XAxisError as exc:

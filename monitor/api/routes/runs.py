@@ -13,13 +13,13 @@ from pydantic import ValidationError
 from hyperwatch.monitor.api import series_cursor, series_pages
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
 from hyperwatch.monitor.api.params import Limit, Offset, int_query
+from hyperwatch.monitor.api.schemas import RunCreate, RunDeleted, RunOut, RunUpdate, SeriesInfoOut, Status
 from hyperwatch.monitor.core.errors import NotFoundError
-from hyperwatch.monitor.detect import learned
-from hyperwatch.monitor.schemas import RunCreate, RunDeleted, RunOut, RunUpdate, SeriesInfoOut, Status
+from hyperwatch.monitor.read.lines import run_view
 from hyperwatch.monitor.store import identity
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import Run
-from hyperwatch.monitor.views import run_view
+from hyperwatch.monitor.thresholds import learned
 
 DEFAULT_SERIES_PAGE = 5_000
 """Far above a real run's series (a 64-layer model with 16 heads logs ~1,700), so one page is the run."""
@@ -79,7 +79,7 @@ def _moves(fields: dict[str, Any]) -> bool:
 
 
 def _relearn(store: Store, fields: dict[str, Any], before: Run | None, after: Run) -> None:
-    """A group gaining or losing a finished run reads its runs again (monitor.detect.learned) before the
+    """A group gaining or losing a finished run reads its runs again (monitor.thresholds.learned) before the
     reply: a run of the group started next is judged on what was learned (a failed read is logged)."""
     if _moves(fields):
         learned.refresh_quietly(store, [r.group_id for r in (before, after) if r and r.status == learned.FINISHED])

@@ -1,0 +1,279 @@
+"""Prometheus metrics: the service's own (module level) and a scrape-time collector over active runs.
+
+Service metrics are declared once here, unregistered; :func:`build_registry` puts them and a
+:class:`RunCollector` into a registry per app (tests pass a fresh ``CollectorRegistry``).
+
+Run gauges are read from the ``series_latest`` table at scrape time, for runs whose status is
+``running`` only (a finished run's series disappear, so label sets stay bounded), and for the
+gauges' metric names only: a scrape reads ~11 series per layer of each active run, however many
+other series (``user.*``) the runs hold (issue 37); a run's step, last write and series count come
+from its ``runs`` row (``hyperwatch_run_series``: the count the cardinality limit is checked against). Labels are
+``project`` and ``run``; ``layer`` only on the ``hyperwatch_layer_*`` families and only for runs
+created with ``export_layers: true``. No step or metric-name labels: per-step detail stays in SQL.
+NaN and +-Inf are exported as themselves (the exposition format has NaN, +Inf and -Inf).
+
+The Z-spike rules (prometheus/rules.yml) need a baseline that does not depend on how fast the
+machine trains, so the collector also exports, per run, the trailing median *in logged steps* of
+the max over layers and its robust deviation (1.4826 x MAD; :func:`monitor.alerting.detectors.step_baseline`,
+over the run's group ``spike_window``) and the group's own thresholds (overridden or learned, as the
+detectors use them: :func:`monitor.thresholds.learned.effective_thresholds`): the rule then fires on the
+service detector's three tests (level, ratio, robust deviations), whatever the wall-clock speed,
+and a group's thresholds tune both alerting paths at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from hyperwatch.monitor.alerting.detectors import SPIKE_METRICS, step_baseline
+from hyperwatch.monitor.core.errors import MonitorError
+from hyperwatch.monitor.store.base import Store
+from hyperwatch.monitor.store.entities import ActiveRun, LatestValue
+from hyperwatch.monitor.thresholds.learned import effective_thresholds
+
+log = logging.getLogger(__name__)
+
+POINTS_INGESTED = Counter(
+    "hyperwatch_points_ingested_total", "Metric points stored (duplicates of a batch not counted)", registry=None
+)
+BATCHES_INGESTED = Counter(
+    "hyperwatch_batches_ingested_total", "Batches received, by outcome", ["outcome"], registry=None
+)
+REQUEST_DURATION = Histogram(
+    "hyperwatch_http_request_duration_seconds",
+    "HTTP request duration by method, route template and status class",
+    ["method", "route", "status"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    registry=None,
+)
+DATABASE_ERRORS = Counter("hyperwatch_database_errors_total", "Database operations that failed", registry=None)
+ALERTS_RAISED = Counter(
+    "hyperwatch_alerts_raised_total", "Alert events stored by the detectors", ["rule"], registry=None
+)
+SERVICE_METRICS = (POINTS_INGESTED, BATCHES_INGESTED, REQUEST_DURATION, DATABASE_ERRORS, ALERTS_RAISED)
+
+# registry metric name -> (gauge suffix, help). Max over layers at the series' latest step.
+RUN_GAUGES: dict[str, tuple[str, str]] = {
+    "attention_z": ("attention_z_max", "Latest attention Z-value, max over layers (logit^2)"),
+    "router_z": ("router_z_max", "Latest router Z-value, max over MoE layers (logit^2)"),
+    "max_vio": ("max_vio_ratio_max", "Latest MaxVio, max over MoE layers (ratio; 0 = balanced)"),
+    "attention_rms": ("attention_rms_max", "Latest attention branch output RMS, max over layers"),
+    "mlp_rms": ("mlp_rms_max", "Latest MLP/MoE branch output RMS, max over layers"),
+    "attention_outlier_ratio": ("attention_outlier_ratio_max", "Latest attention output outlier ratio (0..1)"),
+    "mlp_outlier_ratio": ("mlp_outlier_ratio_max", "Latest MLP/MoE output outlier ratio (0..1)"),
+    "loss": ("loss_nats", "Latest training loss (nats)"),
+    "attention_lse_max": ("attention_lse_max_max", "Latest max attention LSE, max over heads and layers (logit)"),
+    "output_z": ("output_z", "Latest output Z-value of the LM head (logit^2)"),
+    "grad_norm": ("grad_norm", "Latest global gradient norm"),
+}
+RUN_LEVEL = frozenset({"loss", "output_z", "grad_norm"})
+"""Run-level metrics: no ``hyperwatch_layer_*`` family. The per-head ``attention_lse_max.h<k>`` names
+are no gauges at all (only the layer's max over heads is): the store keeps the heads."""
+
+
+TREND_GAUGES: dict[str, tuple[str, str]] = {
+    # threshold (monitor.thresholds.defaults) -> (gauge suffix, help)
+    "attention_lse_max_limit": ("logit_ceiling", "The group threshold attention_lse_max_limit (logit)"),
+    "growth_factor": ("growth_log_factor", "ln of the group threshold growth_factor: the fitted rise of a climb"),
+    "attention_z_growth_floor": ("attention_z_growth_floor", "The group threshold attention_z_growth_floor"),
+    "attention_lse_max_growth_floor": (
+        "attention_lse_max_growth_floor",
+        "The group threshold attention_lse_max_growth_floor",
+    ),
+    "output_z_growth_floor": ("output_z_growth_floor", "The group threshold output_z_growth_floor"),
+    "router_z_growth_floor": ("router_z_growth_floor", "The group threshold router_z_growth_floor"),
+    "attention_rms_growth_floor": ("attention_rms_growth_floor", "The group threshold attention_rms_growth_floor"),
+    "mlp_rms_growth_floor": ("mlp_rms_growth_floor", "The group threshold mlp_rms_growth_floor"),
+    "growth_info_fraction": (
+        "growth_info_fraction",
+        "The group threshold growth_info_fraction: a climb above this fraction of its floor, but below it, is info",
+    ),
+    "sigma_spike_multiple": ("sigma_spike_multiple", "The group threshold sigma_spike_multiple (loss, grad norm)"),
+    "sigma_spike_min_relative": ("sigma_spike_min_relative", "The group threshold sigma_spike_min_relative"),
+    "loss_shift_multiple": ("loss_shift_multiple", "The group threshold loss_shift_multiple (standard errors)"),
+    "max_vio_limit": ("max_vio_limit", "The group threshold max_vio_limit (MoE routing collapse)"),
+}
+
+
+def _max(values: list[float]) -> float:
+    """Max that keeps NaN: a NaN anywhere is the fact to report."""
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    return max(values)
+
+
+class RunCollector(Collector):
+    """Gauges of active runs, read from the store at scrape time."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def describe(self) -> list[Any]:
+        return []  # values are read at scrape time; nothing to describe at registration
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            # the gauges' metrics only: a run's other series (any number of user.* names) cost nothing here
+            latest = self.store.latest_for_active_runs(list(RUN_GAUGES))
+            runs = self.store.active_runs()
+        except MonitorError as exc:  # a scrape must still return the service metrics
+            log.warning("run gauges skipped: %s", exc)
+            return
+        yield from self._latest(latest, runs)
+        try:
+            yield from self._spike_baselines(latest)
+            yield from self._trend_thresholds(latest)
+        except MonitorError as exc:
+            log.warning("spike baselines skipped: %s", exc)
+
+    def _trend_thresholds(self, latest: list[LatestValue]) -> list[GaugeMetricFamily]:
+        """Per active run: its group's thresholds of the trend rules (prometheus/rules.yml reads them)."""
+        labels = ["project", "run"]
+        fams = {
+            key: GaugeMetricFamily(f"hyperwatch_run_{name}", help_, labels=labels)
+            for key, (name, help_) in TREND_GAUGES.items()
+        }
+        groups: dict[int | None, dict[str, float]] = {}
+        done: set[tuple[str, str]] = set()
+        for lv in latest:
+            if (lv.project, lv.run) in done:
+                continue
+            done.add((lv.project, lv.run))
+            if lv.group_id not in groups:
+                groups[lv.group_id] = effective_thresholds(self.store.get_group(lv.group_id) if lv.group_id else None)
+            th = groups[lv.group_id]
+            for key, fam in fams.items():
+                fam.add_metric([lv.project, lv.run], math.log(th[key]) if key == "growth_factor" else th[key])
+        return list(fams.values())
+
+    def _spike_baselines(self, latest: list[LatestValue]) -> list[GaugeMetricFamily]:
+        """Per run and spike metric: the step-space baseline and the group's thresholds."""
+        labels = ["project", "run"]
+        base = {
+            m: GaugeMetricFamily(
+                f"hyperwatch_run_{m}_baseline",
+                f"Median {m} (max over layers) of the group's spike_window logged steps before the latest",
+                labels=labels,
+            )
+            for m in SPIKE_METRICS
+        }
+        floor = {
+            m: GaugeMetricFamily(
+                f"hyperwatch_run_{m}_spike_floor", f"The group threshold {m}_min: no spike below it", labels=labels
+            )
+            for m in SPIKE_METRICS
+        }
+        deviation = {
+            m: GaugeMetricFamily(
+                f"hyperwatch_run_{m}_baseline_deviation",
+                f"1.4826 x the MAD of the same window as hyperwatch_run_{m}_baseline (a robust standard deviation)",
+                labels=labels,
+            )
+            for m in SPIKE_METRICS
+        }
+        relative = GaugeMetricFamily(
+            "hyperwatch_run_spike_min_relative",
+            "The group threshold spike_min_relative: a spike exceeds (1 + it) x its baseline",
+            labels=labels,
+        )
+        mad_multiple = GaugeMetricFamily(
+            "hyperwatch_run_spike_mad_multiple",
+            "The group threshold spike_mad_multiple: a spike exceeds its baseline by this many robust deviations",
+            labels=labels,
+        )
+        layers: dict[tuple[str, str, int, int | None, str], list[tuple[int | None, int]]] = defaultdict(list)
+        for lv in latest:
+            if lv.name in SPIKE_METRICS:
+                layers[(lv.project, lv.run, lv.run_id, lv.group_id, lv.name)].append((lv.layer, lv.step))
+        groups: dict[int | None, dict[str, float]] = {}
+        with_relative: set[tuple[str, str]] = set()
+        for (project, run, run_id, group_id, name), rows in layers.items():
+            if group_id not in groups:
+                groups[group_id] = effective_thresholds(self.store.get_group(group_id) if group_id else None)
+            th = groups[group_id]
+            if (project, run) not in with_relative:
+                with_relative.add((project, run))
+                relative.add_metric([project, run], th["spike_min_relative"])
+                mad_multiple.add_metric([project, run], th["spike_mad_multiple"])
+            top = max(step for _, step in rows)
+            windows = self.store.trailing_points(
+                run_id, [(name, layer, top) for layer, _ in rows], int(th["spike_window"])
+            )
+            found = step_baseline(windows, th)
+            if found is not None:
+                base[name].add_metric([project, run], found[0])
+                deviation[name].add_metric([project, run], found[1])
+            floor[name].add_metric([project, run], th[f"{name}_min"])
+        return [*base.values(), *deviation.values(), *floor.values(), relative, mad_multiple]
+
+    def _latest(self, latest: list[LatestValue], runs: list[ActiveRun]) -> Iterator[GaugeMetricFamily]:
+        per_run: dict[tuple[str, str], dict[str, list[tuple[int | None, int, float]]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        export_layers: dict[tuple[str, str], bool] = {}
+        for lv in latest:
+            key = (lv.project, lv.run)
+            per_run[key][lv.name].append((lv.layer, lv.step, lv.value))
+            export_layers[key] = lv.export_layers
+        labels = ["project", "run"]
+        fams = {
+            m: GaugeMetricFamily(f"hyperwatch_run_{suffix}", help_, labels=labels)
+            for m, (suffix, help_) in RUN_GAUGES.items()
+        }
+        layer_fams = {
+            m: GaugeMetricFamily(
+                f"hyperwatch_layer_{m}", f"Latest {m} per layer (runs with export_layers)", labels=[*labels, "layer"]
+            )
+            for m in RUN_GAUGES
+            if m not in RUN_LEVEL
+        }
+        nan_flag = GaugeMetricFamily(
+            "hyperwatch_run_nan", "1 when the run's latest loss or any latest indicator is NaN or +-Inf", labels=labels
+        )
+        step = GaugeMetricFamily("hyperwatch_run_step", "Latest step with a stored point", labels=labels)
+        seen = GaugeMetricFamily(
+            "hyperwatch_run_last_point_timestamp_seconds", "Unix time the run last sent points", labels=labels
+        )
+        series = GaugeMetricFamily(
+            "hyperwatch_run_series",
+            "Distinct (metric name, layer) series the run holds (HYPERWATCH_MAX_SERIES_PER_RUN caps it)",
+            labels=labels,
+        )
+        for run in runs:
+            lab = [run.project, run.run]
+            step.add_metric(lab, float(run.last_step))
+            series.add_metric(lab, float(run.series_count))
+            if run.last_point_at is not None:
+                seen.add_metric(lab, run.last_point_at.timestamp())
+            names = per_run.get((run.project, run.run), {})
+            nonfinite = False
+            for name, rows in names.items():
+                top = max(s for _, s, _ in rows)
+                at_top = [v for _, s, v in rows if s == top]
+                nonfinite = nonfinite or any(not math.isfinite(v) for v in at_top)
+                fams[name].add_metric(lab, _max(at_top))
+                if export_layers.get((run.project, run.run)) and name in layer_fams:
+                    for layer, _s, v in rows:
+                        if layer is not None:
+                            layer_fams[name].add_metric([*lab, str(layer)], v)
+            nan_flag.add_metric(lab, 1.0 if nonfinite else 0.0)
+        yield from fams.values()
+        yield from layer_fams.values()
+        yield from (nan_flag, step, seen, series)
+
+
+def build_registry(store: Store, registry: CollectorRegistry | None = None) -> CollectorRegistry:
+    """A registry holding the service metrics and a collector over ``store``'s active runs."""
+    reg = registry if registry is not None else CollectorRegistry()
+    for metric in SERVICE_METRICS:
+        reg.register(metric)
+    reg.register(RunCollector(store))
+    return reg
