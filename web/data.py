@@ -231,10 +231,20 @@ def alerts_timeline(
                 },
             }
         )
+    names = sorted({(a.project, a.run) for a in found})
     layout = {
         "title": {"text": "Alert timeline (click a point to open it on its run page)", "font": {"size": 14}},
-        "xaxis": {"title": {"text": "raised at"}, "type": "date"},
-        "yaxis": {"title": {"text": ""}, "type": "category", "automargin": True},
+        # automargin: tick labels tilted on a crowded date axis ran past a fixed bottom margin
+        "xaxis": {"title": {"text": "raised at"}, "type": "date", "automargin": True},
+        # a long project/run name is shortened in its middle on the axis (the hover gives it whole):
+        # whole, automargin gave two thirds of a 1280 px page to the names and a sliver to the plot
+        "yaxis": {
+            "title": {"text": ""},
+            "type": "category",
+            "automargin": True,
+            "tickvals": [esc(f"{p}/{r}") for p, r in names],
+            "ticktext": [esc(t) for t in axis_names(names)],
+        },
         "height": 360,
         "margin": {"l": 60, "r": 20, "t": 40, "b": 45},
         "hovermode": "closest",
@@ -251,3 +261,20 @@ def alerts_timeline(
         for (rid, name), peak in read.incident_peaks(run_id, project, rule, limit).items()
     ]
     return jsonable({"figure": {"data": data, "layout": layout}, "count": len(found), "peaks": peaks})  # type: ignore[no-any-return]
+
+
+def axis_names(names: list[tuple[str, str]]) -> list[str]:
+    """The timeline's run labels: the run's name alone when every run is of one project, shortened
+    (:func:`shorten`) unless that makes two labels alike."""
+    full = [r if len({p for p, _ in names}) == 1 else f"{p}/{r}" for p, r in names]
+    short = [shorten(t) for t in full]
+    return [s if short.count(s) == 1 else f for s, f in zip(short, full, strict=True)]
+
+
+def shorten(text: str, width: int = 48) -> str:
+    """``text`` of at most ``width`` characters: its start and its end around an ellipsis (a run's
+    name differs at its start, its size, and at its end, its seed or variant)."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]

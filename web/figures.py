@@ -22,6 +22,7 @@ from typing import Any
 
 from hyperwatch.monitor.read.lines import FINAL_ONLY, AggSeries, XAxis, XAxisError, x_values
 from hyperwatch.monitor.store.entities import Alert, LayerMatrix, Run
+from hyperwatch.web.layout import fit_y_margin
 from hyperwatch.web.scale import NONFINITE_COLOUR, esc, human_count
 
 __all__ = ["XAxis", "XAxisError", "x_values"]  # re-exported for the pages
@@ -142,14 +143,22 @@ def fix_flat_axis(layout: dict[str, Any], data: Sequence[dict[str, Any]], axis: 
         layout[axis]["autorange"] = False
 
 
+Y_TICKS = {"automargin": True, "ticklabelstandoff": 6}
+X_TICKS = {"automargin": True, "ticklabelstandoff": 3}
+"""Tick labels stand off their axis: at the corner the two axes share, y's first label ("0", "2")
+sat on x's first ("0", "0%", "100M")."""
+
+
 def base_layout(title: str, x_title: str, y_title: str, height: int = 340) -> dict[str, Any]:
     return {
         "title": {"text": title, "font": {"size": 14}, "x": 0.01, "xanchor": "left"},
-        # fixed margins, no automargin: automargin costs plotly a second layout pass per figure
+        # automargin: long tick labels push the margin instead of running into the axis title or
+        # off the figure; the margins below (fit_y_margin: from the label length) are sized so that
+        # plotly needs no second layout pass for it in the usual case (web/layout.py)
         # exponentformat "B": SI prefixes but 1e9 is "B", as human_count and the size labels write it
         # (plotly's "SI" wrote "100G" on an axis beside "100B" on a colour bar)
-        "xaxis": {"title": {"text": x_title}, "exponentformat": "B"},
-        "yaxis": {"title": {"text": y_title}, "type": "linear", "exponentformat": "B"},
+        "xaxis": {"title": {"text": x_title}, "exponentformat": "B", **X_TICKS},
+        "yaxis": {"title": {"text": y_title}, "type": "linear", "exponentformat": "B", **Y_TICKS},
         "yaxis2": {"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
         "height": height,
         "margin": {"l": 64, "r": 20, "t": 40, "b": 45},
@@ -203,6 +212,7 @@ def compare_figure(name: str, lines: Sequence[RunLine], x: XAxis, agg: str, gl: 
     suffix = f" · {agg} over layers" if per_layer else ""
     layout = ratio_axis(base_layout(esc(TITLES.get(name, name)) + suffix, X_TITLES[x], esc(name)), name)
     fix_flat_axis(layout, data)
+    fit_y_margin(layout, data)
     # per axis: switching x draws fresh ticks (the same revision kept the old axis's tick labels)
     layout["uirevision"] = f"{name}:{x}"
     layout["showlegend"] = False  # one legend for the whole page (runs share colours across figures)
@@ -303,6 +313,7 @@ def stability_figure(
     colour = {"transferable": "#2ca02c", "breaks": NONFINITE_COLOUR}.get(state, "#7f7f7f")
     at = "" if fraction is None or fraction >= 1.0 else f" (at {fraction:.0%} of training)"
     layout["title"]["text"] = f"{esc(name)}<br><span style='color:{colour}'>{text}</span>{at}"
+    fit_y_margin(layout, data)
     meta = {"verdict": state, "breaks_at": verdict.get("breaks_at"), "fraction": fraction, "rule": verdict_rule(name)}
     return {"data": data, "layout": layout, "meta": meta, "config": {"displayModeBar": False}}
 
@@ -373,6 +384,7 @@ def run_line_figure(
     data.extend(marks)
     layout = ratio_axis(base_layout(esc(TITLES.get(name, name)), X_TITLES[x], esc(name), height=300), name)
     fix_flat_axis(layout, data)
+    fit_y_margin(layout, data)
     if ref_steps:
         # alerts in a strip of their own above the lines: on the value axis they hid its peak
         layout["yaxis"]["domain"] = [0.0, ALERT_STRIP[0] - 0.02]
@@ -405,7 +417,7 @@ def heatmap_figure(run: Run, m: LayerMatrix, xs: Sequence[float | None], x: XAxi
     data = heatmap_traces(m.name, list(xs), m.layers, m.values, "layer %{y}<br>%{x}<br>max %{z:.5g}", "at %{x}")
     layout = base_layout(f"{esc(m.name)} per layer ({_bucket_words(m.bucket_width)})", X_TITLES[x], "layer", 300)
     layout.pop("yaxis2")
-    layout["yaxis"] = {"title": {"text": "layer"}, "dtick": 1 if len(m.layers) <= 24 else None}
+    layout["yaxis"].update(title={"text": "layer"}, dtick=1 if len(m.layers) <= 24 else None)
     return {"data": data, "layout": layout, "meta": {"name": m.name, "layers": list(m.layers)}}
 
 

@@ -23,6 +23,7 @@ from hyperwatch.monitor.api.schemas import MetricName
 from hyperwatch.monitor.read.forecasts import collect, default_target, forecast_group, run_forecast
 from hyperwatch.monitor.read.lines import STABILITY_INDICATORS, Agg
 from hyperwatch.web.figures import base_layout, nonfinite_trace, note
+from hyperwatch.web.layout import legend_below
 from hyperwatch.web.scale import NONFINITE_COLOUR, esc
 
 router = APIRouter(prefix="/ui/data", tags=["web"], dependencies=[ReadAuth], include_in_schema=False)
@@ -64,7 +65,6 @@ def forecast_figure(peak: dict[str, Any], watched: list[dict[str, Any]], axis: A
     name = peak["name"]
     layout = base_layout(f"Forecast: peak {esc(label(name))} vs {X_TITLE[axis]}", X_TITLE[axis], esc(name), 380)
     layout["xaxis"]["type"] = layout["yaxis"]["type"] = "log"
-    layout["legend"] = {"x": 0.01, "y": 0.99, "bgcolor": "rgba(255,255,255,0.7)", "font": {"size": 11}}
     data: list[dict[str, Any]] = []
     curve = peak["curve"]
     if curve is not None:
@@ -167,6 +167,8 @@ def forecast_figure(peak: dict[str, Any], watched: list[dict[str, Any]], axis: A
             )
         )
     layout["shapes"], layout["annotations"] = shapes, annotations
+    # under the plot: inside it, the legend (a watched run's long name) covered the points
+    legend_below(layout, data)
     if curve is None:
         layout["annotations"] = [*annotations, note(peak["sentence"])]
     return {"data": data, "layout": layout, "meta": {"name": name}, "config": {"displayModeBar": False}}

@@ -27,6 +27,6 @@ def heads_figure(m: HeadMatrix, limit: float | None = None) -> dict[str, Any]:
     title = f"{esc(m.name)} per head at step {m.step} (max logit in [value − log T, value]{limit_words})"
     layout = base_layout(title, "head", "layer", 300)
     layout.pop("yaxis2")
-    layout["xaxis"] = {"title": {"text": "head"}, "dtick": 1 if len(m.heads) <= 32 else None}
-    layout["yaxis"] = {"title": {"text": "layer"}, "dtick": 1 if len(m.layers) <= 24 else None}
+    layout["xaxis"].update(dtick=1 if len(m.heads) <= 32 else None)
+    layout["yaxis"].update(dtick=1 if len(m.layers) <= 24 else None)
     return {"data": data, "layout": layout, "meta": {"name": m.name, "step": m.step, "heads": list(m.heads)}}

@@ -19,6 +19,7 @@ import numpy as np
 
 from hyperwatch.monitor.analysis import GroupAnalysis, LRFit, PowerLawFit, ScalingComparison, ScalingLawFit
 from hyperwatch.web.figures import NONFINITE_COLOUR, base_layout, nonfinite_trace, note
+from hyperwatch.web.layout import legend_below
 from hyperwatch.web.scale import esc, human_count
 
 _QUALITATIVE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
@@ -82,6 +83,7 @@ def lr_figure(analysis: GroupAnalysis, records: Sequence[Mapping[str, Any]]) -> 
         data.extend(_parabola(sw.fit, label, group, colour))
     layout = base_layout("Final validation loss vs learning rate, per sweep", "learning rate", "val_loss", 420)
     layout["xaxis"]["type"] = "log"
+    legend_below(layout, data)  # labels name the sweep's method: at the right they squeezed the plot
     fig = {"data": data, "layout": layout, "meta": {"sweeps": len(sweeps)}}
     if not sweeps:
         lrs = sorted({r["lr"] for r in records if r.get("lr") is not None})
@@ -187,6 +189,7 @@ def transfer_figures(analysis: GroupAnalysis) -> tuple[dict[str, dict[str, Any]]
         layout = base_layout(f"Optimal learning rate vs {AXIS_TITLES[axis]}", AXIS_TITLES[axis], "optimal lr", 380)
         layout["xaxis"]["type"] = "log"
         layout["yaxis"]["type"] = "log"
+        legend_below(layout, data)
         figures[f"transfer_{axis}"] = {"data": data, "layout": layout, "meta": {"axis": axis, "laws": len(laws)}}
     return figures, notes
 
@@ -264,6 +267,7 @@ def scaling_figures(
         )
     layout = base_layout("Final validation loss vs training FLOPs", "training FLOPs", "val_loss", 420)
     layout["xaxis"]["type"] = "log"
+    legend_below(layout, data)
     figures = {"scaling": {"data": data, "layout": layout, "meta": {"methods": methods}}}
     if scaling.baseline is not None:
         figures["leverage"] = _leverage_figure(scaling, colour_of, all_flops)
@@ -348,6 +352,7 @@ def _leverage_figure(
         380,
     )
     layout["xaxis"]["type"] = "log"
+    legend_below(layout, data)
     layout["shapes"] = [
         {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1, "line": {"color": "#999", "dash": "dash"}}
     ]
