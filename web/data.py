@@ -176,7 +176,9 @@ def run_indicator(
         line_fig = run_line_figure(run, name, lines, alerts, x, gl)
         heat = None
         if per_layer:
-            m = read.layers(run, name, min(buckets, 300))
+            # the lines' buckets: one matrix (read once, monitor/read/matrix_cache.py) draws both lines and the
+            # heatmap, whose columns then line up with the lines' points (issue 35: a 64-layer page read 21 matrices)
+            m = read.layers(run, name, buckets)
             heat = heatmap_figure(run, m, x_values(run, m.bucket_starts, tmap.at(m.bucket_starts), x), x)
     except XAxisError as exc:
         raise InvalidInputError(str(exc)) from exc

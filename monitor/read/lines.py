@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from hyperwatch.hooks.schema import SchemaError, decode_value
 from hyperwatch.monitor.core.errors import InvalidInputError
+from hyperwatch.monitor.read.matrix_cache import cached_matrix
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import Group, LayerMatrix, Run, SeriesInfo
 
@@ -96,7 +97,7 @@ def aggregate_series(
     latest = store.list_series(run.id) if latest is None else latest
     layer_latest = [s.value for s in latest if s.name == name and s.layer is not None]
     if layer_latest:
-        m = store.layer_matrix(run.id, name, buckets, None, None)
+        m = cached_matrix(store, run, name, buckets)
         steps: list[int] = []
         values: list[float] = []
         for j, start in enumerate(m.bucket_starts):
@@ -121,7 +122,7 @@ def series_peak(store: Store, run: Run, name: str) -> float | None:
     or the run-level series' extremes (:meth:`Store.series` keeps each bucket's max and every
     non-finite point). NaN wins, as in :func:`_aggregate`; +inf is larger than any finite value.
     """
-    m = store.layer_matrix(run.id, name, 1, None, None)
+    m = cached_matrix(store, run, name, 1)
     cells = [c for row in m.values for c in row if c is not None]
     if not cells:
         cells = [p.value for p in store.series(run.id, name, None, 1, None, None).points]
@@ -424,7 +425,7 @@ def _whole_intervals(store: Store, run: Run, m: LayerMatrix, start: int | None, 
     width = -(-m.bucket_width // every) * every
     span = len(m.bucket_starts) * m.bucket_width  # at least the steps covered, at most one bucket more
     for n in (-(-span // width), -(-span // width) - 1):
-        wider = store.layer_matrix(run.id, m.name, max(1, n), start, end)
+        wider = cached_matrix(store, run, m.name, max(1, n), start, end)
         if wider.bucket_width % every == 0:
             return wider
     return m
@@ -439,7 +440,7 @@ def layer_matrix(
     heatmap); the interval is read off the data (the gcd of the non-empty columns' offsets) and
     the matrix is read again with one bucket per logged step.
     """
-    m = store.layer_matrix(run.id, name, buckets, start, end)
+    m = cached_matrix(store, run, name, buckets, start, end)
     if not m.bucket_starts:
         return m
     if m.bucket_width != 1:
@@ -450,4 +451,4 @@ def layer_matrix(
         interval = math.gcd(interval, b - a)
     if interval <= 1:
         return m
-    return store.layer_matrix(run.id, name, max(1, -(-len(m.bucket_starts) // interval)), start, end)
+    return cached_matrix(store, run, name, max(1, -(-len(m.bucket_starts) // interval)), start, end)
