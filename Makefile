@@ -37,11 +37,13 @@ bench: $(STAMP)
 	$(BIN)/python bench/trainer_throughput.py
 	$(BIN)/python bench/hooks_overhead.py
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/storage.py
 	$(BIN)/python bench/migration.py
 	$(BIN)/python bench/dashboard.py
 	$(BIN)/python bench/live.py
 	$(BIN)/python bench/load_live.py
 	$(BIN)/python bench/page_open.py
+	$(BIN)/python bench/run_page.py
 	$(BIN)/python bench/demo_threads.py
 	$(BIN)/python bench/learn_refresh.py
 	nice -n 10 $(BIN)/python bench/forecast.py

@@ -40,16 +40,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import text
 
 from bench.service_process import serve_process
-from hyperwatch.monitor.store import SqlStore, migrate
-from hyperwatch.monitor.store.chunks import encode as encode_chunk
-from hyperwatch.monitor.store.compact import COMPACTING_DIALECTS, boundary
-from hyperwatch.monitor.store.models import CHUNK_STEPS
+from hyperwatch.monitor.store import SqlStore, migrate, segcodec
+from hyperwatch.monitor.store.chunks import CHUNK_COLUMNS
+from hyperwatch.monitor.store.compact import boundary
+from hyperwatch.monitor.store.models import CHUNK_STEPS, SEGMENT_CHUNKS
 from hyperwatch.monitor.store.rollups import seal_rollups
 
 REPO = Path(__file__).resolve().parents[1]
@@ -287,35 +288,50 @@ def ingest_figures(label: str, data: list[Row], repeats: int) -> None:
 
 
 def load_series(store: SqlStore, run_id: int, name_id: int, n: int) -> None:
-    """``n`` points of one series stored as the store keeps them (PostgreSQL: packed chunks below the
-    sealed boundary, the open tail as rows; SQLite: rows), its latest step; a spike every 2,500,003 steps."""
+    """``n`` points of one series stored as the store keeps them (issue 36: a segment per 1,024 sealed
+    steps with its level-2 rollup row, the open range as a partial segment, the tail as hot rows),
+    its latest step; a spike every 2,500,003 steps. Level 3 is left to the caller (``seal_rollups``)."""
     pg = store.engine.dialect.name == "postgresql"
-    edge = boundary(n - 1) if store.engine.dialect.name in COMPACTING_DIALECTS else 0
+    edge = boundary(n - 1)
+    seg = SEGMENT_CHUNKS * CHUNK_STEPS
 
-    def value(s: int) -> float:
-        return 100.0 + math.sin(s * 1e-3) + (5e3 if s % 2_500_003 == 7 else 0.0)
+    def values(a: int, b: int) -> np.ndarray:
+        s = np.arange(a, b, dtype=np.int64)
+        return 100.0 + np.sin(s * 1e-3) + np.where(s % 2_500_003 == 7, 5e3, 0.0)
 
-    def chunk_rows(lo: int, hi: int) -> Iterator[tuple[Any, ...]]:
-        for c in range(lo // CHUNK_STEPS, hi // CHUNK_STEPS):
-            pts = [(s, s * 4096, value(s)) for s in range(c * CHUNK_STEPS, (c + 1) * CHUNK_STEPS)]
-            blob, nonfinite = encode_chunk(c, pts)
-            yield (run_id, name_id, 0, c, nonfinite, blob)
+    def seg_rows(lo: int, hi: int) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...] | None]]:
+        for a in range(lo, hi, seg):
+            b = min(a + seg, hi)
+            steps = np.arange(a, b, dtype=np.int64)
+            tokens, vals = steps * 4096, values(a, b)
+            blob = segcodec.encode(a, (b - a) // CHUNK_STEPS, steps, tokens, vals)
+            i, j = int(np.argmin(vals)), int(np.argmax(vals))
+            row = (run_id, name_id, 0, a // CHUNK_STEPS, 0, blob, a + i, float(vals[i]), a + j, float(vals[j]))
+            rollup = None
+            if b - a == seg:
+                rollup = (run_id, name_id, 0, 2, a // seg, seg, a + i, (a + i) * 4096, float(vals[i]),
+                          a + j, (a + j) * 4096, float(vals[j]))  # fmt: skip
+            yield row, rollup
 
-    step = 1_000_000
+    step = 1_048_576
     mark = "%s" if pg else "?"
     with store.engine.begin() as conn:
         raw = conn.connection.dbapi_connection
         assert raw is not None
         for lo in range(0, edge, step):
+            made = list(seg_rows(lo, min(edge, lo + step)))
+            rollups = [r for _c, r in made if r is not None]
+            if rollups:
+                conn.exec_driver_sql(f"INSERT INTO metric_rollups VALUES ({', '.join([mark] * 12)})", rollups)
             if not pg:
-                sql = f"INSERT INTO metric_chunks VALUES ({', '.join([mark] * 6)})"
-                conn.exec_driver_sql(sql, list(chunk_rows(lo, min(edge, lo + step))))
+                sql = f"INSERT INTO metric_chunks ({', '.join(CHUNK_COLUMNS)}) VALUES ({', '.join([mark] * 10)})"
+                conn.exec_driver_sql(sql, [c for c, _r in made])
                 continue
-            with raw.cursor() as cur, cur.copy("COPY metric_chunks FROM STDIN") as copy:  # type: ignore[attr-defined]
-                for row in chunk_rows(lo, min(edge, lo + step)):
+            with raw.cursor() as cur, cur.copy(f"COPY metric_chunks ({', '.join(CHUNK_COLUMNS)}) FROM STDIN") as copy:  # type: ignore[attr-defined]
+                for row, _r in made:
                     copy.write_row(row)
-        for lo in range(edge, n, step):
-            tail = [(run_id, name_id, 0, s, s * 4096, value(s)) for s in range(lo, min(n, lo + step))]
+        tail = [(run_id, name_id, 0, s, s * 4096, v) for s, v in zip(range(edge, n), values(edge, n).tolist())]
+        if tail:
             conn.exec_driver_sql(f"INSERT INTO metric_points VALUES ({', '.join([mark] * 6)})", tail)
         conn.exec_driver_sql(
             f"INSERT INTO series_latest VALUES ({mark}, {mark}, 0, {mark}, 100.0)", (run_id, name_id, n - 1)
@@ -338,7 +354,7 @@ def read_figures(label: str, url: str, n: int, repeats: int) -> None:
         before: int | None = None
         for lo in range(0, n, chunk):
             after = min(n, lo + chunk) - 1  # seal as if the points had come in chunks, as ingest would
-            seal_rollups(conn, run.id, {(nid, 0): before}, {(nid, 0): after}, {})
+            seal_rollups(conn, run.id, {(nid, 0): before}, {(nid, 0): after}, {}, from_level=3)
             before = after
     roll = time.perf_counter() - t0
     if label == "postgresql":

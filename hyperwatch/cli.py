@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("hyperwatch.serve", "run the monitoring service"),
     "db": ("hyperwatch.monitor.cli.db", "database schema commands (upgrade, downgrade, current)"),
     "runs": ("hyperwatch.monitor.cli.runs", "delete a run, or archive / unarchive it (hidden from lists, kept)"),
+    "webhooks": ("hyperwatch.monitor.cli.webhooks", "notify Slack or a JSON endpoint of a project's new incidents"),
     "upload": ("hyperwatch.hooks.upload", "replay an offline JSONL folder or an HTTP spool into the service"),
 }
 

@@ -62,19 +62,34 @@ def runs_page(assets: dict[str, str]) -> str:
 <label>Params ≥ <input name="min_params" placeholder="e.g. 100M" autocomplete="off"></label>
 <button type="submit">Filter</button>
 <label class="inline"><input type="checkbox" name="live" checked> live</label>
+<label class="inline"><input type="checkbox" name="archived"> show archived</label>
 </form>
+"""
+        + RUN_COLUMNS
+        + """
 <p class="controls">
 <a id="compare-selected" class="button" href="/compare" aria-disabled="true">Compare selected (0)</a>
 <a id="compare-shown" href="/compare">Compare all shown</a></p>
-<table id="runs-table" class="grid"><thead><tr>
+<div class="table-wrap"><table id="runs-table" class="grid"><thead><tr>
 <th data-key="name">Run</th><th data-key="project">Project</th><th data-key="group">Group</th>
 <th data-key="status">Status</th><th data-key="depth">Depth</th><th data-key="total_params">Params</th>
-<th data-key="tokens">Tokens</th><th data-key="last_step">Last step</th><th data-key="alerts">Alerts</th>
+<th data-key="tokens">Tokens</th><th data-key="last_step">Last step</th><th data-key="alerts" id="th-alerts">Alerts</th>
 <th data-key="tags">Tags</th><th data-key="updated_at">Updated</th>
-<th><label class="inline"><input type="checkbox" id="pick-all"> compare</label></th></tr></thead><tbody></tbody></table>
+<th><label class="inline"><input type="checkbox" id="pick-all"> compare</label></th></tr></thead><tbody></tbody>
+</table></div>
 <h2>Groups</h2><ul id="groups-list" class="links"></ul>"""
     )
-    return _shell("Runs", "runs.js", body, assets)
+    return _shell("Runs", "runs.js", body, assets, extra="runs_columns.js")
+
+
+RUN_COLUMNS = """<details id="columns-picker"><summary>Columns</summary>
+<div class="columns-list" id="columns-summary" aria-label="summary columns"></div>
+<div class="columns-list" id="columns-config" aria-label="config columns"></div></details>
+<div class="controls filter-row"><label class="grow">Filter rows
+<input id="run-filter" autocomplete="off" spellcheck="false" placeholder="e.g. lr>1e-3, optim.arm=hyperp, loss.min<2.5"
+ aria-describedby="filter-error"></label></div>
+<p id="filter-error" class="status error filter-error" role="alert"></p>"""
+"""The runs table's column picker (config keys, loss summaries) and its filter expression (static/runs_columns.js)."""
 
 
 def run_page(assets: dict[str, str], run_id: int) -> str:

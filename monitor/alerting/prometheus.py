@@ -58,7 +58,21 @@ DATABASE_ERRORS = Counter("hyperwatch_database_errors_total", "Database operatio
 ALERTS_RAISED = Counter(
     "hyperwatch_alerts_raised_total", "Alert events stored by the detectors", ["rule"], registry=None
 )
-SERVICE_METRICS = (POINTS_INGESTED, BATCHES_INGESTED, REQUEST_DURATION, DATABASE_ERRORS, ALERTS_RAISED)
+WEBHOOK_DELIVERIES = Counter(
+    "hyperwatch_webhook_deliveries_total",
+    "Webhook notification attempts (monitor.alerting.notify), by outcome: delivered, retry (failed, will be "
+    "tried again) or failed (given up)",
+    ["outcome"],
+    registry=None,
+)
+SERVICE_METRICS = (
+    POINTS_INGESTED,
+    BATCHES_INGESTED,
+    REQUEST_DURATION,
+    DATABASE_ERRORS,
+    ALERTS_RAISED,
+    WEBHOOK_DELIVERIES,
+)
 
 # registry metric name -> (gauge suffix, help). Max over layers at the series' latest step.
 RUN_GAUGES: dict[str, tuple[str, str]] = {

@@ -6,7 +6,10 @@ serve`` runs: monitor/ never imports web/ (web reads through :mod:`monitor.read.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from importlib import metadata
 from typing import Any
 
@@ -19,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from hyperwatch.monitor.alerting import notify
 from hyperwatch.monitor.alerting.forecast_band import ForecastWatches
 from hyperwatch.monitor.alerting.prometheus import DATABASE_ERRORS, build_registry
 from hyperwatch.monitor.api.body_errors import is_long_integer, long_integer_error
@@ -72,10 +76,22 @@ def create_app(
         log.warning("dev mode without HYPERWATCH_WRITE_TOKEN: anyone who can reach this port can write")
     if not DB_ERRORS_HOOK:
         DB_ERRORS_HOOK.append(lambda _exc: DATABASE_ERRORS.inc())
+    shown_version = version or installed_version()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # the webhooks' deliverer (monitor.alerting.notify) runs while the service serves
+        deliverer = notify.start_deliverer(store, settings, shown_version) if settings.webhook_delivery else None
+        try:
+            yield
+        finally:
+            if deliverer is not None:
+                await asyncio.to_thread(deliverer.stop)
 
     app = FastAPI(
         title="HyperWatch monitor",
-        version=version or installed_version(),
+        version=shown_version,
+        lifespan=lifespan,
         description="Training-stability monitoring: ingest metric points, query series, alerts, Prometheus.",
         docs_url=None,  # served below from local assets: the CDN defaults are a blank page offline
         redoc_url=None,

@@ -10,6 +10,8 @@ anything reads it; a refusal is a 422 naming the parameter, what it got, the ran
 - :func:`parse_int` / :func:`parse_float`: the rule, for text a route splits itself (``cursor=``).
 - :func:`int_query` / :func:`float_query`: the same rule as a FastAPI query parameter type, with its
   range in the OpenAPI schema (so the fuzzer knows it).
+- :func:`parse_names` / :func:`names_query`: metric names, repeated or comma-separated
+  (``summary=loss,val_loss``), each checked as the hooks' wire schema checks it.
 - :func:`parse_line` / :func:`layer_number`: a page's line choice, ``mean``, ``max``, ``heat`` or a
   layer number, canonical (``"007"`` is layer ``"7"``), so the read layer never parses text again.
 """
@@ -25,7 +27,7 @@ from fastapi import Query
 from pydantic import BeforeValidator
 from pydantic_core import PydanticCustomError
 
-from hyperwatch.hooks.schema import MAX_LAYER, MAX_STEP
+from hyperwatch.hooks.schema import MAX_LAYER, MAX_STEP, SchemaError, validate_name
 from hyperwatch.monitor.core.errors import InvalidInputError, NotFoundError
 
 MAX_ROW_ID = 2**31 - 1
@@ -164,6 +166,45 @@ def parse_line(text: str, field: str, named: Sequence[str]) -> str:
 def line_query(field: str, named: Sequence[str], description: str) -> Any:
     """A query parameter's ``Query`` for a line choice (:func:`parse_line`)."""
     return _with_rule(Query(description=description), lambda t: parse_line(t, field, named))
+
+
+def parse_names(texts: Sequence[str], field: str, most: int) -> list[str]:
+    """Metric names from a repeated or comma-separated parameter (``summary=loss,val_loss`` is
+    ``summary=loss&summary=val_loss``): each a metric name the hooks could send
+    (:func:`hooks.schema.validate_name`), each once, at most ``most`` of them."""
+    names: list[str] = []
+    for text in texts:
+        for part in str(text).split(","):
+            if not part:
+                raise ParameterError(
+                    f"{field}: {_shown(text)} holds an empty name; separate names with one comma, no blanks "
+                    f"(e.g. {field}=loss,val_loss)"
+                )
+            try:
+                validate_name(part, field)
+            except SchemaError as exc:
+                raise ParameterError(str(exc)) from None
+            if part not in names:
+                names.append(part)
+    if len(names) > most:
+        raise ParameterError(f"{field}: {len(names)} names; ask for at most {most} per request")
+    return names
+
+
+def names_query(field: str, most: int, description: str) -> Any:
+    """A repeatable query parameter of metric names (:func:`parse_names`)."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            return value
+        try:
+            return parse_names(value if isinstance(value, list) else [value], field, most)
+        except ParameterError as exc:
+            raise PydanticCustomError("names_parsing", "{message}", {"message": str(exc)}) from None
+
+    query = Query(description=description)
+    query.metadata.append(BeforeValidator(check))
+    return query
 
 
 # The parameters several routes share.

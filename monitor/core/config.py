@@ -8,6 +8,7 @@ read token): a monitoring service reachable on a network must not accept anonymo
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -96,6 +97,28 @@ class Settings(BaseSettings):
     stale_after_s: float = Field(
         default=900.0, gt=0, description="a running run without points for this long is shown as stale"
     )
+    # notifications without Alertmanager (monitor.alerting.notify): links, sending, retries
+    public_url: str | None = Field(
+        default=None,
+        description="the service's address as its users reach it (https://hyperwatch.example.org), for the "
+        "links in webhook notifications; unset, a notification says so instead of a link",
+    )
+    webhook_delivery: bool = Field(
+        default=True, description="send the webhooks' notifications from this process (off: leave them queued)"
+    )
+    webhook_timeout_s: float = Field(default=5.0, gt=0, le=60, description="one webhook POST's timeout")
+    webhook_poll_s: float = Field(default=1.0, gt=0, le=60, description="how often the outbox is looked at")
+    webhook_retry_initial_s: float = Field(
+        default=10.0, gt=0, le=86_400, description="wait before a failed notification's first retry (doubling)"
+    )
+    webhook_retry_max_s: float = Field(default=3600.0, gt=0, le=86_400, description="longest wait between retries")
+    webhook_give_up_after_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        le=30 * 86_400,
+        description="a notification not delivered this long after its incident opened is given up (marked failed)",
+    )
+    webhook_max_attempts: int = Field(default=32, ge=1, le=1000, description="attempts before giving up")
 
     @field_validator("write_token", "read_token", mode="before")
     @classmethod
@@ -123,6 +146,22 @@ class Settings(BaseSettings):
                 "(psycopg 3 is the installed driver)"
             )
         return value
+
+    @field_validator("public_url", mode="before")
+    @classmethod
+    def _check_public_url(cls, value: object) -> object:
+        if value is None or (isinstance(value, str) and value.strip() == ""):
+            return None
+        if not isinstance(value, str):
+            return value
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise ValueError(
+                f"HYPERWATCH_PUBLIC_URL {value!r} is not the service's base address; give its http:// or https:// "
+                "URL as users open it, without query or fragment, e.g. https://hyperwatch.example.org or "
+                "http://10.0.0.5:8000"
+            )
+        return value.strip().rstrip("/")
 
     def concurrent_reads(self) -> int:
         """``max_concurrent_reads``, or its default for this database (``serve_options``)."""

@@ -30,7 +30,7 @@ from hyperwatch.monitor.read.lines import (
     series_peak,
 )
 from hyperwatch.monitor.store.base import Store
-from hyperwatch.monitor.store.entities import Alert, Group, LayerMatrix, Run, Series, SeriesInfo
+from hyperwatch.monitor.store.entities import Alert, Group, LayerMatrix, Run, Series, SeriesInfo, SeriesSummary
 from hyperwatch.monitor.thresholds.learned import ThresholdSource, effective_thresholds, learning_on, provenance
 
 LineMode = str
@@ -208,6 +208,14 @@ class Reader:
         pairs = list(dict.fromkeys((i.run_id, i.name) for i in found))[:most]
         runs = {rid: self.store.get_run(rid) for rid in dict.fromkeys(r for r, _ in pairs)}
         return {(rid, name): series_peak(self.store, runs[rid], name) for rid, name in pairs}
+
+    def run_summaries(self, runs: Sequence[Run], names: Sequence[str]) -> dict[int, dict[str, SeriesSummary]]:
+        """Run id -> metric name -> its run-level series summed up (latest value, min and max with their
+        steps; :meth:`monitor.store.base.Store.series_summaries`), for the runs table's columns."""
+        out: dict[int, dict[str, SeriesSummary]] = {run.id: {} for run in runs}
+        for (run_id, name), summary in self.store.series_summaries([r.id for r in runs], names).items():
+            out[run_id][name] = summary
+        return out
 
     def runs_by_id(self, ids: Sequence[int]) -> list[Run]:
         """The runs of ``ids`` (each once, in the order given), at most ``max_compare_runs``."""

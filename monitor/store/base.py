@@ -26,10 +26,13 @@ from hyperwatch.monitor.store.entities import (
     RunHealth,
     Series,
     SeriesInfo,
+    SeriesSummary,
 )
 
 if TYPE_CHECKING:
     from hyperwatch.monitor.store.incidents import Incident
+    from hyperwatch.monitor.store.outbox import Outbox
+    from hyperwatch.monitor.store.webhooks import Webhook
 
 
 class WindowReader(Protocol):
@@ -114,7 +117,7 @@ class Store(ABC):
     # what a group learns its thresholds from (monitor.thresholds.learned; monitor.store.learning)
     @abstractmethod
     def group_run_health(self, group_id: int) -> list[RunHealth]:
-        """Each run of the group with its status, last loss and kinds of incident, by id."""
+        """Each run of the group with its status, last loss, archived flag and kinds of incident, by id."""
 
     @abstractmethod
     def series_peaks(self, run_ids: Sequence[int], bases: Sequence[str]) -> dict[tuple[int, str], float]:
@@ -168,6 +171,20 @@ class Store(ABC):
     ) -> list[SeriesInfo]:
         """The run's series with their latest point, in (name, layer) order (run level first): at most
         ``limit`` (None: ``series_limits.per_run``), those after ``after`` = (name, layer) when given."""
+
+    @abstractmethod
+    def series_summaries(self, run_ids: Sequence[int], names: Sequence[str]) -> dict[tuple[int, str], SeriesSummary]:
+        """(run id, name) -> the run-level series ``name`` of that run summed up: its latest step and value
+        (NaN kept) and its smallest and largest values with their steps, over every stored step (NaN
+        never counts, +-Inf do, the earliest step wins a tie). A pair the run never logged at run
+        level is left out. What the runs table's summary columns show (``GET /api/v1/runs?summary=``).
+
+        Contract for the storage format: the extremes are exact (equal to a scan of every point, as
+        ``chunks.all_points`` gives them) yet read without touching every point: a page of 100 runs
+        reads a few dozen summary rows per series (:mod:`monitor.store.summary` reads the nested rollup
+        levels and the hot tail). A change to where points or rollups live must keep this method
+        right; ``tests/monitor/api/test_run_summary.py`` checks it against every point on both
+        databases, with extremes in every level and the hot tail."""
 
     @abstractmethod
     def run_heads(self, run_ids: Sequence[int]) -> dict[int, tuple[int | None, str]]:
@@ -225,10 +242,35 @@ class Store(ABC):
     ) -> list[Incident]:
         """Incidents (alert events grouped per run, rule and episode), most recently active first."""
 
+    # notifications (monitor.store.webhooks, .outbox; sent by monitor.alerting.notify)
+    @abstractmethod
+    def upsert_webhook(self, project: str, url: str, fields: dict[str, Any]) -> tuple[Webhook, bool]:
+        """Create the project's webhook of ``url`` (and the project, when new) or update the given fields
+        of the one it has; returns (webhook, created). New incidents of the project queue a delivery."""
+
+    @abstractmethod
+    def update_webhook(self, project: str, webhook_id: int, fields: dict[str, Any]) -> Webhook: ...
+
+    @abstractmethod
+    def list_webhooks(self, project: str) -> list[Webhook]:
+        """The project's webhooks by id, each with its deliveries pending, delivered, failed and its latest."""
+
+    @abstractmethod
+    def get_webhook(self, project: str, webhook_id: int) -> Webhook: ...
+
+    @abstractmethod
+    def delete_webhook(self, project: str, webhook_id: int) -> Webhook:
+        """Delete the webhook and its deliveries; returns what it was."""
+
+    @abstractmethod
+    def webhook_outbox(self) -> Outbox:
+        """The deliveries' outbox on a connection pool of its own (the deliverer's; close it when done)."""
+
     @abstractmethod
     def latest_for_active_runs(self, names: Sequence[str] | None = None) -> list[LatestValue]:
-        """The latest point of each series of the running runs, of the metrics ``names`` only when given."""
+        """The latest point of each series of the running runs (archived ones left out), of the metrics
+        ``names`` only when given."""
 
     @abstractmethod
     def active_runs(self) -> list[ActiveRun]:
-        """The running runs that have points: their last step, last write and series count."""
+        """The running runs that have points, archived ones left out: their last step, last write and series count."""

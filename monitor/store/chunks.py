@@ -1,5 +1,11 @@
 """Sealed ranges of a series packed into one row: the codec of ``metric_chunks.data`` and its reads.
 
+A row of ``metric_chunks`` is either a *chunk* (format version 1, below: 16 steps, raw doubles, what
+a batch seals) or a *segment* (version 2, :mod:`monitor.store.segcodec`: up to ``SEGMENT_STEPS``
+steps compressed, keyed by the first chunk of its aligned range). Every read here takes both: a
+read of chunks ``[ca, cb]`` starts at the first chunk of ``ca``'s segment range (a segment holding
+``ca`` has its key there; rows never overlap) and keeps the decoded points inside the steps asked.
+
 A chunk is one (run, name, layer) and the steps ``[c * CHUNK_STEPS, (c + 1) * CHUNK_STEPS)``. Why:
 one row per point costs ~94 B on PostgreSQL whatever is in it (24 B tuple header, 4 B line pointer,
 alignment, a 28 B index entry); one row per 16 points spreads that over 16 and keeps ~8 B of payload
@@ -29,14 +35,32 @@ import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from hyperwatch.hooks.columns import NULL_INT
+from hyperwatch.monitor.store import segcodec
 from hyperwatch.monitor.store.bulk import read_in_ranges
-from hyperwatch.monitor.store.models import CHUNK_STEPS, NONFINITE_PREDICATE, hot_relation
+from hyperwatch.monitor.store.models import CHUNK_STEPS, NONFINITE_PREDICATE, SEGMENT_CHUNKS, hot_relation
 
 Cand = tuple[int, int | None, float | None]  # step, tokens, sql value (None = NaN)
 KEY = "run_id = :run_id AND name_id = :name_id AND layer = :layer"
+CHUNK_COLUMNS = (
+    "run_id",
+    "name_id",
+    "layer",
+    "chunk",
+    "nonfinite",
+    "data",
+    "min_step",
+    "min_value",
+    "max_step",
+    "max_value",
+)
+CHUNK_TYPES = ("int", "int", "int", "bigint", "int", "bytea", "bigint", "float8", "bigint", "float8")
+CHUNK_KEY = ("run_id", "name_id", "layer", "chunk")
+CHUNK_SET = ", ".join(f"{c} = excluded.{c}" for c in CHUNK_COLUMNS[4:])
 
 VERSION = 1
 DENSE, TOK_NONE, TOK_LINEAR, TOK_MASK = 1, 2, 4, 8
@@ -90,6 +114,17 @@ def encode(chunk: int, points: Sequence[Cand]) -> tuple[bytes, int]:
     return _HEAD.pack(VERSION, flags, n) + b"".join(parts), nonfinite
 
 
+def summary(points: Sequence[Cand]) -> tuple[int | None, float | None, int | None, float | None]:
+    """(min step, min value, max step, max value) of a row's points: NaN (None) never wins, the earlier
+    step wins a tie; all None for NaN alone (the row columns of revision 0014)."""
+    real = [(v, s) for s, _t, v in points if v is not None]
+    if not real:
+        return None, None, None, None
+    lo = min(real)
+    hi = min(real, key=lambda p: (-p[0], p[1]))
+    return lo[1], lo[0], hi[1], hi[0]
+
+
 def _linear(steps: Sequence[int], tokens: Sequence[int]) -> tuple[int, int] | None:
     """(t0, dt) when every token is ``t0 + dt * (step - steps[0])`` exactly, dt within int64."""
     t0 = tokens[0]
@@ -104,9 +139,16 @@ def _linear(steps: Sequence[int], tokens: Sequence[int]) -> tuple[int, int] | No
     return None
 
 
+def seg_floor(chunk: int) -> int:
+    """The first chunk of the segment range holding ``chunk`` (a segment row's key)."""
+    return chunk // SEGMENT_CHUNKS * SEGMENT_CHUNKS
+
+
 def decode(chunk: int, blob: bytes) -> list[Cand]:
-    """The points of a chunk, step-sorted, as ``metric_points`` would give them (NaN -> None)."""
+    """The points of a chunk or segment row, step-sorted, as ``metric_points`` would give them (NaN -> None)."""
     version, flags, n = _HEAD.unpack_from(blob, 0)
+    if version == segcodec.VERSION:
+        return to_cands(*segcodec.decode(chunk * CHUNK_STEPS, blob))
     if version != VERSION:
         raise ValueError(f"metric_chunks.data: unknown format version {version} (this build reads {VERSION})")
     pos = _HEAD.size
@@ -139,6 +181,39 @@ def decode(chunk: int, blob: bytes) -> list[Cand]:
     return [(s, t, None if v != v else v) for s, t, v in zip(steps, tokens, values)]
 
 
+def to_cands(steps: np.ndarray, tokens: np.ndarray, values: np.ndarray) -> list[Cand]:
+    """Columns (NULL_INT, NaN for none) -> (step, tokens or None, value or None) tuples."""
+    tok: list[Any] = tokens.tolist()
+    if NULL_INT in tok:
+        tok = [None if t == NULL_INT else t for t in tok]
+    val: list[Any] = values.tolist()
+    for i in np.flatnonzero(np.isnan(values)).tolist():
+        val[i] = None
+    return list(zip(steps.tolist(), tok, val))
+
+
+def decode_columns(chunk: int, blob: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, tokens with NULL_INT for none, values with NaN) of a chunk or segment row."""
+    if blob[0] == segcodec.VERSION:
+        return segcodec.decode(chunk * CHUNK_STEPS, blob)
+    flags, n = blob[1], _HEAD.unpack_from(blob, 0)[2]
+    if flags & DENSE and flags & (TOK_NONE | TOK_LINEAR):  # what training writes: fixed offsets
+        first = chunk * CHUNK_STEPS + _U16.unpack_from(blob, _HEAD.size)[0]
+        steps = np.arange(first, first + n, dtype=np.int64)
+        pos = _HEAD.size + 2
+        if flags & TOK_NONE:
+            tokens = np.full(n, NULL_INT, dtype=np.int64)
+        else:
+            t0, dt = _LINEAR.unpack_from(blob, pos)
+            pos += _LINEAR.size
+            tokens = t0 + dt * (steps - first)
+        return steps, tokens, np.frombuffer(blob, "<f8", n, pos).astype(np.float64)
+    pts = decode(chunk, blob)
+    s, t, v = zip(*pts)
+    tok = np.array([NULL_INT if x is None else x for x in t], dtype=np.int64)
+    return np.array(s, dtype=np.int64), tok, np.array(v, dtype=np.float64)
+
+
 def decode_rows(rows: Iterable[tuple[int, bytes]], lo: int, hi: int) -> list[Cand]:
     """The points within steps [lo, hi] of (chunk, data) rows."""
     out: list[Cand] = []
@@ -161,12 +236,26 @@ def _chunk_rows(
         f"SELECT chunk, data FROM metric_chunks{hint} WHERE {KEY} AND chunk >= :ca AND chunk <= :cb{where} "
         f"ORDER BY chunk{order}"
     )
-    return conn.execute(text(sql), {**params, "ca": lo // CHUNK_STEPS, "cb": hi // CHUNK_STEPS})
+    return conn.execute(text(sql), {**params, "ca": seg_floor(lo // CHUNK_STEPS), "cb": hi // CHUNK_STEPS})
 
 
 def chunked_points(conn: Connection, params: dict[str, Any], lo: int, hi: int) -> list[Cand]:
     """The series' points in steps [lo, hi] that live in chunks, step-sorted."""
     return decode_rows(_chunk_rows(conn, params, lo, hi), lo, hi)
+
+
+def chunked_columns(
+    conn: Connection, params: dict[str, Any], lo: int, hi: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, tokens with NULL_INT, values with NaN) of the chunked points in [lo, hi], step-sorted:
+    segments decode to columns, no Python object per point (wide raw reads: :mod:`.downsample`)."""
+    parts = [decode_columns(int(c), bytes(blob)) for c, blob in _chunk_rows(conn, params, lo, hi)]
+    if not parts:
+        none = np.empty(0, dtype=np.int64)
+        return none, none, np.empty(0, dtype=np.float64)
+    steps, tokens, values = (np.concatenate(col) for col in zip(*parts))
+    keep = (steps >= lo) & (steps <= hi)
+    return steps[keep], tokens[keep], values[keep]
 
 
 def points(conn: Connection, params: dict[str, Any], lo: int, hi: int) -> list[Cand]:
@@ -195,12 +284,26 @@ def end_point(conn: Connection, params: dict[str, Any], first: bool) -> Cand | N
     hot: Cand | None = None if row is None else (int(row[0]), row[1], row[2])
     if hot is not None and not first:
         return hot  # every chunked step lies below every hot step
-    # two chunks at most: the edge chunk may hold no step inside [lo, hi], the next one then does
-    rows = _chunk_rows(conn, params, lo, hi, order=f" {order} LIMIT 2").all()
-    for chunk, blob in rows:
-        pts = [p for p in decode(int(chunk), bytes(blob)) if lo <= p[0] <= hi]
-        if pts:
-            return pts[0] if first else pts[-1]
+    # rows in key order, a few at a time: the edge rows may hold no step inside [lo, hi] (a segment
+    # starts before lo, a chunk before it in its range lies below lo), a later one then does
+    ca, cb = seg_floor(lo // CHUNK_STEPS), hi // CHUNK_STEPS
+    while ca <= cb:
+        bound = {**params, "ca": ca, "cb": cb}
+        sql = (
+            f"SELECT chunk, data FROM metric_chunks WHERE {KEY} AND chunk >= :ca AND chunk <= :cb "
+            f"ORDER BY chunk {order} LIMIT 4"
+        )
+        rows = conn.execute(text(sql), bound).all()
+        for chunk, blob in rows:
+            pts = [p for p in decode(int(chunk), bytes(blob)) if lo <= p[0] <= hi]
+            if pts:
+                return pts[0] if first else pts[-1]
+        if len(rows) < 4:
+            break
+        if first:
+            ca = int(rows[-1][0]) + 1
+        else:
+            cb = int(rows[-1][0]) - 1
     return hot
 
 
@@ -231,7 +334,7 @@ def points_in_ranges(
     """(name_id, layer, step, tokens, value) of every point in (name_id, layer, first step, last step) ranges."""
     hot = hot_relation(conn.dialect.name)
     out = list(read_in_ranges(conn, run_id, "t.step, t.tokens, t.value", hot, "step", "", ranges))
-    by_chunk = [(n, la, a // CHUNK_STEPS, b // CHUNK_STEPS) for n, la, a, b in ranges]
+    by_chunk = [(n, la, seg_floor(a // CHUNK_STEPS), b // CHUNK_STEPS) for n, la, a, b in ranges]
     found = read_in_ranges(conn, run_id, "t.chunk, t.data", "metric_chunks", "chunk", "", by_chunk)
     bounds: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for n, la, a, b in ranges:

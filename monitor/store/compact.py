@@ -34,9 +34,9 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from hyperwatch.monitor.store import chunks
+from hyperwatch.monitor.store import chunks, segments
 from hyperwatch.monitor.store.bulk import bulk_write, pg_array, read_in_ranges
-from hyperwatch.monitor.store.chunks import Cand
+from hyperwatch.monitor.store.chunks import CHUNK_COLUMNS, CHUNK_KEY, CHUNK_SET, CHUNK_TYPES, Cand
 from hyperwatch.monitor.store.models import CHUNK_STEPS, COMPACTING_DIALECTS
 
 SeriesKey = tuple[int, int]  # (name_id, layer)
@@ -44,10 +44,7 @@ PointRow = tuple[int, int, int, int | None, float | None]  # name_id, layer, ste
 Known = dict[SeriesKey, tuple[list[tuple[int, int]], list[Cand]]]
 """Per series: inclusive chunk ranges whose every point is listed, and those points, step-sorted."""
 
-CHUNK_COLUMNS = ("run_id", "name_id", "layer", "chunk", "nonfinite", "data")
-_CHUNK_TYPES = ("int", "int", "int", "bigint", "int", "bytea")
-_CHUNK_KEY = ("run_id", "name_id", "layer", "chunk")
-_CHUNK_SET = "nonfinite = excluded.nonfinite, data = excluded.data"
+
 _TAKE_PG = (
     "DELETE FROM metric_points AS t USING unnest(%s::int[], %s::int[], %s::bigint[], %s::bigint[]) AS r(n, l, a, b) "
     "WHERE t.run_id = %s AND t.name_id = r.n AND t.layer = r.l AND t.step >= r.a AND t.step <= r.b "
@@ -96,6 +93,16 @@ def store_sealed(
     late = sorted({(r[0], r[1], r[2] // CHUNK_STEPS) for r in cold if r[2] < boundary(before[(r[0], r[1])])})
     if not take and not late and not cold:
         return {}, 0
+    # late points of a segment's range rewrite that segment (monitor.store.segments), the rest their chunk
+    in_segment = segments.late_targets(conn, run_id, late, before)
+    by_target: dict[tuple[int, int, int], list[PointRow]] = defaultdict(list)
+    for r in cold:
+        target = in_segment.get(_chunk_of(r))
+        if target is not None:
+            by_target[target[:3]].append(r)
+    known_late = segments.pack(conn, run_id, sorted(set(in_segment.values())), by_target)
+    late = [k for k in late if k not in in_segment]
+    cold = [r for r in cold if _chunk_of(r) not in in_segment]
     moved = take_hot(conn, run_id, take)
     groups: dict[tuple[int, int, int], list[Cand]] = {
         ckey: [r[2:] for r in rows] for ckey, rows in groupby(sorted([*moved, *taken]), key=_chunk_of)
@@ -118,7 +125,7 @@ def store_sealed(
     for n, la, c in sorted(groups):
         pts = groups[(n, la, c)]
         blob, nonfinite = chunks.encode(c, pts)
-        out_rows.append((run_id, n, la, c, nonfinite, blob))
+        out_rows.append((run_id, n, la, c, nonfinite, blob, *chunks.summary(pts)))
         listed[(n, la)] += pts
     rewritten = set(late)
     copy_chunks(conn, [r for r in out_rows if r[1:4] not in rewritten])
@@ -126,12 +133,16 @@ def store_sealed(
         conn,
         "metric_chunks",
         CHUNK_COLUMNS,
-        _CHUNK_TYPES,
+        CHUNK_TYPES,
         [r for r in out_rows if r[1:4] in rewritten],
-        _CHUNK_KEY,
-        _CHUNK_SET,
+        CHUNK_KEY,
+        CHUNK_SET,
     )
-    return {k: (_merged(v), listed.get(k, [])) for k, v in spans.items()}, len(moved)
+    out = {k: (_merged(v), listed.get(k, [])) for k, v in spans.items()}
+    for key, (seg_spans, pts) in known_late.items():  # a series' late segment and its new chunks: both listed
+        had_spans, had_pts = out.get(key, ([], []))
+        out[key] = (_merged([*had_spans, *seg_spans]), sorted([*had_pts, *pts]))
+    return out, len(moved)
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -150,12 +161,13 @@ def copy_chunks(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
     if not rows:
         return
     if conn.dialect.name != "postgresql":
-        conn.exec_driver_sql(f"INSERT INTO metric_chunks ({', '.join(CHUNK_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)", rows)
+        marks = ", ".join("?" * len(CHUNK_COLUMNS))
+        conn.exec_driver_sql(f"INSERT INTO metric_chunks ({', '.join(CHUNK_COLUMNS)}) VALUES ({marks})", rows)
         return
     raw = conn.connection.dbapi_connection
     assert raw is not None
     with raw.cursor() as cur, cur.copy(_COPY_CHUNKS) as copy:  # type: ignore[attr-defined]
-        copy.set_types(["int4", "int4", "int2", "int8", "int2", "bytea"])  # name_id INTEGER since 0007
+        copy.set_types(["int4", "int4", "int2", "int8", "int2", "bytea", "int8", "float8", "int8", "float8"])
         for row in rows:
             copy.write_row(row)
 

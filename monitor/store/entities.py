@@ -64,6 +64,21 @@ class RunHealth:
     status: str
     last_loss: float | None
     incidents: tuple[tuple[str, str], ...] = ()
+    archived: bool = False  # an archived run is never learned from (migration 0012)
+
+
+@dataclass(frozen=True)
+class SeriesSummary:
+    """A run-level series in a few numbers (:meth:`monitor.store.base.Store.series_summaries`): its
+    latest point (``last``: NaN and +-Inf kept) and its smallest and largest values with the step of
+    each (NaN never counts, +-Inf do, the earliest step wins a tie; None when every value is NaN)."""
+
+    last_step: int
+    last: float
+    min: float | None = None
+    min_step: int | None = None
+    max: float | None = None
+    max_step: int | None = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,9 @@ commit together:
   :data:`MAX_STEPS`; ``events`` counts all).
 
 The explanation (remedies, link to the run page) is composed when listed, by the API.
+
+An incident that opens, or whose severity rises, queues its notifications in the same transaction
+(:func:`monitor.store.webhooks.queue`: the outbox of the project's webhooks, migration 0013).
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ from sqlalchemy import and_, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine
 
 from hyperwatch.hooks.schema import head_of
+from hyperwatch.monitor.store import webhooks
 from hyperwatch.monitor.store.engine import managed
 from hyperwatch.monitor.store.entities import NewAlert
-from hyperwatch.monitor.store.models import IncidentRow, run_scoped
+from hyperwatch.monitor.store.models import IncidentRow, ProjectRow, RunRow, run_scoped
 from hyperwatch.monitor.store.points import api_layer, as_utc, from_sql_value, now_utc, to_sql_value
 
 EPISODE_GAP_STEPS = 1000
@@ -92,6 +96,7 @@ class _Open:
     heads: list[str]
     steps: list[int]
     message: str
+    stored_severity: str | None = None  # as read from its row (None: new), to tell an escalation
 
     @classmethod
     def start(cls, a: NewAlert) -> _Open:
@@ -162,22 +167,28 @@ def _latest(conn: Connection, run_id: int, rule: str, source: str) -> _Open | No
         list(json.loads(row.heads)),
         list(json.loads(row.steps)),
         row.message,
+        row.severity,
     )
 
 
-def _write(conn: Connection, run_id: int, rule: str, source: str, o: _Open) -> None:
+def _write(conn: Connection, run_id: int, rule: str, source: str, o: _Open, notify: bool = True) -> None:
     if o.id is None:
         keys = {"run_id": run_id, "rule": rule, "source": source, "created_at": now_utc()}
-        conn.execute(insert(IncidentRow).values(**keys, **o.values()))
+        new_id = conn.execute(insert(IncidentRow).values(**keys, **o.values()).returning(IncidentRow.id)).scalar_one()
+        if notify:  # the project's webhooks, in this transaction (the outbox)
+            webhooks.queue(conn, run_id, int(new_id), o.severity, source, webhooks.OPENED)
     else:
         conn.execute(update(IncidentRow).where(IncidentRow.id == o.id).values(**o.values()))
+        rose = SEVERITY_RANK.get(o.severity, 0) > SEVERITY_RANK.get(o.stored_severity or "", 0)
+        if notify and rose:  # webhooks that wait for this severity hear of it now
+            webhooks.queue(conn, run_id, o.id, o.severity, source, webhooks.ESCALATED)
 
 
 _LOCK_SPACE = 0x4877_0021
 """First key of the PostgreSQL advisory lock that serializes the incident writes of one run."""
 
 
-def record(conn: Connection, run_id: int, alerts: Sequence[NewAlert]) -> None:
+def record(conn: Connection, run_id: int, alerts: Sequence[NewAlert], notify: bool = True) -> None:
     """Group newly stored alert events of one run into its incidents (inside the caller's transaction).
 
     Two transactions recording the same run at once (two Alertmanager notifications, or one beside
@@ -185,6 +196,9 @@ def record(conn: Connection, run_id: int, alerts: Sequence[NewAlert]) -> None:
     PostgreSQL a transaction-scoped advisory lock on the run serializes them: the second reads
     after the first commits (read committed) and joins its incident. SQLite's writers hold the
     database's write lock from their first statement, so they never overlap.
+
+    ``notify``: queue the webhooks' notifications of incidents opened or escalated (not when a
+    migration groups old events).
     """
     if not alerts:
         return
@@ -200,10 +214,10 @@ def record(conn: Connection, run_id: int, alerts: Sequence[NewAlert]) -> None:
                 current.add(a)
                 continue
             if current is not None:
-                _write(conn, run_id, rule, source, current)
+                _write(conn, run_id, rule, source, current, notify)
             current = _Open.start(a)
         if current is not None:
-            _write(conn, run_id, rule, source, current)
+            _write(conn, run_id, rule, source, current, notify)
 
 
 def record_rows(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -214,7 +228,7 @@ def record_rows(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
         alert = NewAlert(rule, severity, name, api_layer(layer), step, from_sql_value(value), baseline, message, source)
         by_run.setdefault(run_id, []).append(alert)
     for run_id, alerts in by_run.items():
-        record(conn, run_id, alerts)
+        record(conn, run_id, alerts, notify=False)  # before 0013 there is no outbox; old events notify nobody
 
 
 class IncidentsMixin:
@@ -237,6 +251,19 @@ class IncidentsMixin:
         q = q.order_by(i.updated_at.desc(), i.id.desc()).limit(limit).offset(offset)
         with managed(self.engine, "list incidents") as conn:
             return [_incident(r) for r in conn.execute(q)]
+
+
+def get_incident(conn: Connection, incident_id: int) -> Incident | None:
+    """One incident by id, with its run's and project's names (None when gone)."""
+    i = IncidentRow
+    q = (  # run_scoped's columns, archived runs included
+        select(i.__table__, RunRow.name.label("run_name"), ProjectRow.name.label("project_name"))
+        .join(RunRow, RunRow.id == i.run_id)
+        .join(ProjectRow, ProjectRow.id == RunRow.project_id)
+        .where(i.id == incident_id)
+    )
+    found = conn.execute(q).first()
+    return None if found is None else _incident(found)
 
 
 def _incident(r: Any) -> Incident:

@@ -1,15 +1,16 @@
 """The reads a group's learned thresholds come from (policy in :mod:`monitor.thresholds.learned`), and their write.
 
 - :meth:`LearningMixin.group_run_health`: each run of the group, its status, its last loss (from
-  ``series_latest``) and the kinds of incident it has (rule, severity): two small reads.
+  ``series_latest``), whether it is archived and the kinds of incident it has (rule, severity): two
+  small reads.
 - :meth:`LearningMixin.series_peaks`: each run's highest finite value per metric name, over every
   layer and step, from the rollups, not the points. A rollup row holds the max of its block, and the
-  blocks of the three levels nest (16, 256, 4096 steps), so a series' max is the max over its
-  level-3 rows, the level-2 rows after the last sealed level-3 block, the level-1 rows after the
-  last sealed level-2 block (the boundaries from ``series_latest``: a block is sealed once the
-  latest step reaches its end, :mod:`monitor.store.rollups`), and the hot points (the steps after
-  the last sealed level-1 block; reading all of them is harmless, a max is a max). About 32 rows
-  per series plus one per 4096 steps, in one statement, on both databases. A block whose max is
+  blocks of the levels nest (1,024 and 4,096 steps since revision 0014), so a series' max is the max
+  over its level-3 rows, the level-2 rows after the last sealed level-3 block, the ``metric_chunks``
+  rows of its open segment range (each keeps its max: a partial segment and up to 15 chunks; the
+  boundaries from ``series_latest``: a block is sealed once the latest step reaches its end,
+  :mod:`monitor.store.rollups`), and the hot points (reading all of them is harmless, a max is a
+  max). About 20 rows per series plus one per 4096 steps, in one statement, on both databases. A block whose max is
   +-Inf is left out (its finite values are not in the rollup): such a run raised a
   ``nonfinite_value`` incident and is not learned from anyway.
 - :meth:`LearningMixin.save_learned`: the group row's ``learned`` (migration 0010), kept when what it
@@ -31,8 +32,10 @@ from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.store.engine import managed, retry_busy
 from hyperwatch.monitor.store.entities import RunHealth
 from hyperwatch.monitor.store.models import (
+    CHUNK_STEPS,
     ROLLUP_LEVELS,
     RUN_LEVEL_LAYER,
+    SEGMENT_STEPS,
     GroupRow,
     IncidentRow,
     MetricNameRow,
@@ -56,12 +59,22 @@ def _rollup_levels_sql() -> str:
     return " OR ".join(parts)
 
 
+def _open_range_sql() -> str:
+    """The first chunk of a series' open segment range (``s``: its ``series_latest`` row): the rows from
+    there on (a partial segment, 16-step chunks) are covered by no rollup; their own max is read."""
+    return f"((s.step + 1) / {SEGMENT_STEPS}) * {SEGMENT_STEPS // CHUNK_STEPS}"
+
+
 def _peaks_sql(dialect: str) -> Any:
     sql = (
         "SELECT r.run_id, r.name_id, max(r.max_value) FROM metric_rollups r JOIN series_latest s "
         "ON s.run_id = r.run_id AND s.name_id = r.name_id AND s.layer = r.layer "
         "WHERE r.run_id IN :runs AND r.name_id IN :names AND r.max_value <= :big AND r.max_value >= -:big "
         f"AND ({_rollup_levels_sql()}) GROUP BY r.run_id, r.name_id "
+        "UNION ALL SELECT c.run_id, c.name_id, max(c.max_value) FROM metric_chunks c JOIN series_latest s "
+        "ON s.run_id = c.run_id AND s.name_id = c.name_id AND s.layer = c.layer "
+        "WHERE c.run_id IN :runs AND c.name_id IN :names AND c.max_value <= :big AND c.max_value >= -:big "
+        f"AND c.chunk >= {_open_range_sql()} GROUP BY c.run_id, c.name_id "
         f"UNION ALL SELECT run_id, name_id, max(value) FROM {hot_relation(dialect)} "
         "WHERE run_id IN :runs AND name_id IN :names AND value <= :big AND value >= -:big GROUP BY run_id, name_id"
     )
@@ -88,7 +101,7 @@ class LearningMixin:
             )
             loss = latest.subquery()
             rows = conn.execute(
-                select(RunRow.id, RunRow.name, RunRow.status, loss.c.run_id, loss.c.value)
+                select(RunRow.id, RunRow.name, RunRow.status, loss.c.run_id, loss.c.value, RunRow.archived)
                 .outerjoin(loss, loss.c.run_id == RunRow.id)
                 .where(RunRow.group_id == group_id)
                 .order_by(RunRow.id)
@@ -109,6 +122,7 @@ class LearningMixin:
                 status=r[2],
                 last_loss=None if r[3] is None else from_sql_value(r[4]),
                 incidents=tuple(kinds.get(r[0], ())),
+                archived=bool(r[5]),
             )
             for r in rows
         ]

@@ -19,6 +19,12 @@ On PostgreSQL a point lives in one of three places (:mod:`monitor.store.compact`
   the steps of each series at or past its sealed boundary ``(latest + 1) // CHUNK_STEPS *
   CHUNK_STEPS`` (less than 16 steps per series); the view ``hot_points`` is their union, and every
   read of hot points reads it (:func:`hot_relation`).
+- ``metric_chunks`` since revision 0014 (issue 36): one *segment* row per series and aligned range of
+  ``SEGMENT_STEPS`` (1,024) sealed steps, values and steps compressed by pcodec
+  (:mod:`monitor.store.segcodec`, ~4.4 B/point on issue 36's workload), the open range's sealed part
+  as a partial segment (packed every ``PACK_STEPS``), then at most 15 rows of 16 steps as below;
+  each row keeps its min and max with their steps; ``data`` is ``STORAGE EXTERNAL`` on PostgreSQL
+  (a segment is TOASTed out of line, not compressed again). Before 0014:
 - ``metric_chunks``, one row per series and 16 steps: the sealed points packed (steps as one
   offset when consecutive, tokens as ``t0 + dt * step`` when linear, the values as raw doubles:
   ~150 B for 16 points; see :mod:`monitor.store.chunks`). A chunk is written once, when the
@@ -53,7 +59,8 @@ a partial index over non-finite points lets reads return every NaN/Inf event wit
 Inside a chunk's blob the doubles are raw IEEE values (NaN as NaN); decoding maps NaN to the same
 NULL, so a chunked point reads exactly like a row.
 
-``metric_rollups`` keeps min and max (with their steps) per block of 16, 256 and 4096 steps so a
+``metric_rollups`` keeps min and max (with their steps) per block of 1,024 and 4,096 steps since
+revision 0014 (16 and 256 before it: those rows cost as much as the data on PostgreSQL) so a
 2,000-bucket read of a 10^7-point series touches a few thousand rollup rows instead of 10^7 points
 (bench/ingest.py: ~30 ms on PostgreSQL and ~15-27 ms on SQLite). Chunks
 carry a count of their NaN/Inf points and a partial index over the ones that have any, as
@@ -66,6 +73,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    DDL,
     JSON,
     BigInteger,
     Boolean,
@@ -83,6 +91,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     and_,
+    event,
     false,
     select,
     text,
@@ -96,11 +105,24 @@ NONFINITE_PREDICATE = "value IS NULL OR value > 1.7976931348623157e308 OR value 
 RUN_LEVEL_LAYER = -1
 """``layer`` of a run-level point (the wire's ``null``)."""
 
-ROLLUP_LEVELS: dict[int, int] = {1: 16, 2: 256, 3: 4096}
-"""rollup level -> block width in steps; each level is built from the one below it."""
+SEGMENT_STEPS = 1024
+"""Steps of a segment (:mod:`monitor.store.segcodec`): an aligned range packed into one compressed row
+once sealed (1,024 rather than 2,048: the workload's 2,000-step series seal a whole one; 4.47 against
+4.40 B/pt in bench/README_storage.md)."""
+
+ROLLUP_LEVELS: dict[int, int] = {2: SEGMENT_STEPS, 3: 4096}
+"""rollup level -> block width in steps; the finest is computed from a segment's points when it
+seals, each coarser one from the level below it. Level 1 (16 steps) and the old level 2 (256) were
+dropped by revision 0014: inside a segment a rollup row per 16 steps cost as much as the data."""
 
 CHUNK_STEPS = 16
-"""Steps per ``metric_chunks`` row: the level-1 rollup width, so a chunk seals when its rollup block does."""
+"""Steps per version-1 ``metric_chunks`` row (the open tail; a segment holds ``SEGMENT_CHUNKS`` of them)."""
+
+SEGMENT_CHUNKS = SEGMENT_STEPS // CHUNK_STEPS
+
+PACK_STEPS = 256
+"""A series' open segment range is packed into its (partial) segment row whenever its sealed boundary
+passes a multiple of this (:mod:`monitor.store.segments`): at most 15 raw chunks per series remain."""
 
 COMPACTING_DIALECTS = frozenset({"postgresql", "sqlite"})
 """Where sealed points move into chunks (both, since revision 0006: see :mod:`monitor.store.compact`)."""
@@ -260,7 +282,21 @@ class MetricChunkRow(Base):
     layer: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     chunk: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     nonfinite: Mapped[int] = mapped_column(SmallInteger)  # NaN/+-Inf points inside: > 0 is in the partial index
-    data: Mapped[bytes] = mapped_column(LargeBinary)
+    data: Mapped[bytes] = mapped_column(LargeBinary)  # PostgreSQL: STORAGE EXTERNAL (0014, below)
+    # the row's smallest and largest value with their steps (0014; NULL: NaN alone, or a row from
+    # before 0014), what the runs table's extremes and learned peaks read for the open segment range
+    min_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    min_value: Mapped[float | None] = mapped_column(Double, nullable=True)
+    max_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_value: Mapped[float | None] = mapped_column(Double, nullable=True)
+
+
+# segments are compressed already: TOAST keeps them out of line but does not compress them again (0014)
+event.listen(
+    MetricChunkRow.__table__,
+    "after_create",
+    DDL("ALTER TABLE metric_chunks ALTER COLUMN data SET STORAGE EXTERNAL").execute_if(dialect="postgresql"),
+)
 
 
 class MetricRollupRow(Base):
@@ -362,6 +398,50 @@ class IncidentRow(Base):
     message: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class WebhookRow(Base):
+    """A project's notification webhook (migration 0013; monitor.store.webhooks): ``url`` is a secret
+    (a Slack webhook URL is its own credential), never sent back whole by the API."""
+
+    __tablename__ = "webhooks"
+    __table_args__ = (UniqueConstraint("project_id", "url"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200), server_default="")
+    url: Mapped[str] = mapped_column(Text)
+    format: Mapped[str] = mapped_column(String(16))  # "slack" | "generic"
+    min_severity: Mapped[str] = mapped_column(String(16))  # "info" | "warning" | "critical"
+    include_prometheus: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class WebhookDeliveryRow(Base):
+    """The outbox: one notification of one incident to one webhook (migration 0013; monitor.store.outbox).
+
+    Queued in the transaction that opens (or escalates) the incident, so it commits with it or not at
+    all; ``status`` pending -> delivered, or failed once retrying gave up. A pending row whose
+    ``next_attempt_at`` has passed is due; a claimed one is leased by moving it ahead."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        UniqueConstraint("webhook_id", "incident_id"),
+        Index("ix_webhook_deliveries_status_next_attempt_at", "status", "next_attempt_at"),
+        Index("ix_webhook_deliveries_incident_id", "incident_id"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
+    incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"))
+    event: Mapped[str] = mapped_column(String(32))  # "incident.opened" | "incident.escalated"
+    status: Mapped[str] = mapped_column(String(16))  # "pending" | "delivered" | "failed"
+    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_http_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 def run_scoped(

@@ -5,7 +5,10 @@
 :func:`unpack` turns chunks back into rows. Revision 0005 packed PostgreSQL's points, 0006
 SQLite's; each downgrade unpacks what its upgrade packed.
 
-Both read rows and then delete what they read: a point committed by a service in between would be
+:func:`pack_segments` and :func:`unpack_segments` do the same between 16-step chunks and segments
+(revision 0014, :mod:`monitor.store.segments`), with the rollups whose levels that changes.
+
+All read rows and then delete what they read: a point committed by a service in between would be
 deleted unread, after the service had answered 201 for it (issue 25). So each takes the tables it
 moves between first (:func:`lock_for_move`), and every migration that moves data must do the same
 (the rule is in ``migrations/README.md``).
@@ -19,9 +22,9 @@ from itertools import groupby
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from hyperwatch.monitor.store import chunks
+from hyperwatch.monitor.store import chunks, segcodec, segments
 from hyperwatch.monitor.store.compact import boundary
-from hyperwatch.monitor.store.models import CHUNK_STEPS
+from hyperwatch.monitor.store.models import CHUNK_STEPS, SEGMENT_CHUNKS
 
 MOVED_TABLES = ("series_latest", "metric_points", "metric_chunks")
 """What :func:`pack_sealed` and :func:`unpack` read, write and delete, in the order they lock it."""
@@ -88,3 +91,80 @@ def unpack(conn: Connection) -> None:
     if pending:
         conn.execute(insert, pending)
     conn.execute(sa.text("DELETE FROM metric_chunks"))
+
+
+# -- revision 0014: segments (issue 36) -------------------------------------------------------------
+
+SEGMENT_TABLES = (*MOVED_TABLES, "metric_rollups")
+"""What :func:`pack_segments` and :func:`unpack_segments` move, in the order they lock it."""
+_OLD_LEVELS = {1: 16, 2: 256}
+"""The rollup levels before revision 0014 (dropped by it, rebuilt by its downgrade)."""
+
+
+def pack_segments(conn: Connection) -> None:
+    """Every series' sealed chunks into segments (whole ranges and the open range's partial one), the
+    rollups of 16 and 256 steps dropped, the 1,024-step level written (by :func:`segments.pack`)."""
+    lock_for_move(conn, SEGMENT_TABLES)
+    series = conn.execute(sa.text("SELECT run_id, name_id, layer, step FROM series_latest ORDER BY 1, 2, 3")).all()
+    conn.execute(sa.text("DELETE FROM metric_rollups WHERE level IN (1, 2)"))
+    for run_id, rows in groupby(series, key=lambda r: int(r[0])):
+        targets = []
+        for _r, n, la, latest in rows:
+            end = boundary(int(latest)) // CHUNK_STEPS
+            targets += [(int(n), int(la), c0, min(c0 + SEGMENT_CHUNKS, end)) for c0 in range(0, end, SEGMENT_CHUNKS)]
+        for i in range(0, len(targets), 1000):
+            segments.pack(conn, run_id, targets[i : i + 1000])
+
+
+def unpack_segments(conn: Connection) -> None:
+    """Every segment back into 16-step chunks, and the rollups of 16 and 256 steps rebuilt from the
+    points (the 1,024-step level dropped): the layout before revision 0014."""
+    lock_for_move(conn, SEGMENT_TABLES)
+    latest = {
+        (int(r), int(n), int(la)): int(s)
+        for r, n, la, s in conn.execute(sa.text("SELECT run_id, name_id, layer, step FROM series_latest"))
+    }
+    found = conn.execute(
+        sa.text("SELECT run_id, name_id, layer, chunk, data FROM metric_chunks ORDER BY 1, 2, 3, 4")
+    ).all()
+    conn.execute(sa.text("DELETE FROM metric_rollups WHERE level = 2"))
+    insert_chunk = sa.text(
+        "INSERT INTO metric_chunks (run_id, name_id, layer, chunk, nonfinite, data) VALUES (:r, :n, :l, :c, :f, :d)"
+    )
+    insert_rollup = sa.text(
+        "INSERT INTO metric_rollups (run_id, name_id, layer, level, block, n_points, min_step, min_tokens, "
+        "min_value, max_step, max_tokens, max_value) VALUES (:r, :n, :l, :lv, :b, :np, :s0, :t0, :v0, :s1, :t1, :v1)"
+    )
+    for key, rows in groupby(found, key=lambda r: (int(r[0]), int(r[1]), int(r[2]))):
+        r, n, la = key
+        points: list[chunks.Cand] = []
+        for *_k, c, blob in rows:
+            data = bytes(blob)
+            pts = chunks.decode(int(c), data)
+            points += pts
+            if data[0] == segcodec.VERSION:
+                conn.execute(
+                    sa.text(f"DELETE FROM metric_chunks WHERE {KEY} AND chunk = :c"), {"r": r, "n": n, "l": la, "c": c}
+                )
+                new = [
+                    {"r": r, "n": n, "l": la, "c": ck, "f": nf, "d": b}
+                    for ck, grp in groupby(pts, key=lambda p: p[0] // CHUNK_STEPS)
+                    for b, nf in [chunks.encode(ck, list(grp))]
+                ]
+                conn.execute(insert_chunk, new)
+        sealed_to = latest.get(key, -1) + 1
+        rollups = []
+        for level, width in _OLD_LEVELS.items():
+            for block, grp in groupby(points, key=lambda p: p[0] // width):
+                if (block + 1) * width > sealed_to:
+                    break
+                pts = list(grp)
+                real = [p for p in pts if p[2] is not None]
+                lo = min(real, key=lambda p: (p[2], p[0]), default=(None, None, None))
+                hi = min(real, key=lambda p: (-p[2], p[0]), default=(None, None, None))  # type: ignore[operator]
+                rollups.append(
+                    {"r": r, "n": n, "l": la, "lv": level, "b": block, "np": len(pts),
+                     "s0": lo[0], "t0": lo[1], "v0": lo[2], "s1": hi[0], "t1": hi[1], "v1": hi[2]}
+                )  # fmt: skip
+        if rollups:
+            conn.execute(insert_rollup, rollups)

@@ -32,10 +32,16 @@ from sqlalchemy.engine import Connection
 
 from hyperwatch.hooks.columns import NULL_INT, PointColumns
 from hyperwatch.hooks.schema import Point
-from hyperwatch.monitor.store import pending
+from hyperwatch.monitor.store import pending, segments
 from hyperwatch.monitor.store.bulk import Float8Array, Int4Array, Int8Array, bulk_write, copy_binary
 from hyperwatch.monitor.store.compact import CHUNK_STEPS, Known, compacts, store_sealed
-from hyperwatch.monitor.store.models import PENDING_DIALECTS, ROLLUP_LEVELS, RUN_LEVEL_LAYER, IngestedBatchRow
+from hyperwatch.monitor.store.models import (
+    PACK_STEPS,
+    PENDING_DIALECTS,
+    ROLLUP_LEVELS,
+    RUN_LEVEL_LAYER,
+    IngestedBatchRow,
+)
 from hyperwatch.monitor.store.rollups import PointRow, seal_rollups
 from hyperwatch.monitor.store.seal import Columns, seal_appended
 
@@ -270,8 +276,9 @@ def write_points(
                 mine = Columns(*(getattr(batch, c)[~hot] for c in _COLS))
                 theirs = Columns(*(getattr(taken, c)[sealing] for c in _COLS))
                 moved += seal_appended(conn, run_id, ranges, Columns.join([mine, theirs]))[0]
+                _pack(conn, run_id, batch, touched, edge_before, edge_after)
                 _write_latest(conn, run_id, batch, before, last >= before)
-                _seal_rollups(conn, run_id, batch, before, after, {}, from_level=2)
+                _seal_rollups(conn, run_id, batch, before, after, {}, from_level=max(ROLLUP_LEVELS))
                 return moved, after
             if touched.any():
                 ids, layers = batch.ids[batch.starts][touched].tolist(), batch.layer[batch.starts][touched].tolist()
@@ -285,11 +292,28 @@ def write_points(
                     _point_rows(taken, sealing),
                 )
                 moved += taken_rows
+                _pack(conn, run_id, batch, touched, edge_before, edge_after)
     else:
         _insert_points(conn, run_id, batch, fresh, ~fresh)
     _write_latest(conn, run_id, batch, before, last >= before)
     _seal_rollups(conn, run_id, batch, before, after, known)
     return moved, after
+
+
+def _pack(
+    conn: Connection,
+    run_id: int,
+    batch: SortedBatch,
+    touched: np.ndarray,
+    edge_before: np.ndarray,
+    edge_after: np.ndarray,
+) -> None:
+    """Pack the segment ranges whose sealed boundary passed a packing point (:mod:`.segments`)."""
+    which = touched & (edge_after // PACK_STEPS > edge_before // PACK_STEPS)
+    if not which.any():
+        return
+    keys = list(zip(batch.ids[batch.starts][which].tolist(), batch.layer[batch.starts][which].tolist()))
+    segments.pack(conn, run_id, segments.crossed(keys, edge_before[which].tolist(), edge_after[which].tolist()))
 
 
 def _seal_rollups(
@@ -299,7 +323,7 @@ def _seal_rollups(
     before: np.ndarray,
     after: np.ndarray,
     known: Known,
-    from_level: int = 1,
+    from_level: int = min(ROLLUP_LEVELS),
 ) -> None:
     """:func:`rollups.seal_rollups` (levels ``from_level`` and up) for the series that may seal or
     invalidate a block: those new to the store, whose latest step crossed a block edge of that level,
@@ -308,7 +332,7 @@ def _seal_rollups(
     first_width = ROLLUP_LEVELS[from_level]
     edge = (before + 1) // first_width
     first = batch.step[batch.starts]
-    new = (before < 0) & (from_level == 1)
+    new = (before < 0) & (from_level == min(ROLLUP_LEVELS))
     busy = np.flatnonzero(new | ((after + 1) // first_width != edge) | (first < edge * first_width))
     if not len(busy):
         return

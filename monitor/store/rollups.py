@@ -1,6 +1,8 @@
 """``metric_rollups`` maintenance: blocks are written once, when they are *sealed*; ingest never rewrites a row.
 
-A rollup row summarises one block of one series at one level (16, 256 or 4096 steps): the count of
+A rollup row summarises one block of one series at one level (1,024 or 4,096 steps since revision
+0014, when the 16- and 256-step levels went: ``ROLLUP_LEVELS``; the finest block is one segment, and
+:mod:`monitor.store.segments` writes its row when it packs the segment): the count of
 points and the point (step, tokens, value) of the minimum and of the maximum value. NaN is stored as
 NULL and never wins; +-Inf compete as ordinary values; between equal values the earlier step wins,
 so a block's summary is a function of its points alone, whatever order they came in.
@@ -51,6 +53,8 @@ SeriesKey = tuple[int, int]  # (name_id, layer)
 PointRow = tuple[int, int, int, int | None, float | None]  # name_id, layer, step, tokens, sql value
 Acc = list[Any]  # [n, min_step, min_tokens, min_value, max_step, max_tokens, max_value]
 BlockRange = tuple[int, int]  # inclusive first and last block
+FINEST = min(ROLLUP_LEVELS)
+"""The finest level (one block per segment, :mod:`monitor.store.segments`), computed from points."""
 _KEY3 = itemgetter(0, 1, 2)
 
 ROLLUP_COLUMNS = (
@@ -108,7 +112,7 @@ def _level1(rows: Sequence[PointRow]) -> dict[tuple[int, int, int], Acc]:
     wins only a block of NaN alone, which has none; equal values go to the earlier step)."""
     if not rows:
         return {}
-    width = ROLLUP_LEVELS[1]
+    width = ROLLUP_LEVELS[FINEST]
     name_id, layer, step, _tokens, value = zip(*rows)
     ids, layers, steps = (np.array(c, dtype=np.int64) for c in (name_id, layer, step))
     values = np.array(value, dtype=np.float64)  # None (NaN's SQL form) -> NaN
@@ -136,12 +140,12 @@ def batch_summaries(run_id: int, rows: Sequence[PointRow]) -> list[tuple[Any, ..
     ``min``/``max`` keep the first, i.e. the earliest, of equal values), each coarser level is folded
     from the one below. The reference summary the tests and benchmarks compare the store against.
     """
-    first_width = ROLLUP_LEVELS[1]
+    first_width = ROLLUP_LEVELS[FINEST]
     below = _level1(rows)
-    out: list[tuple[Any, ...]] = [(run_id, k[0], k[1], 1, k[2], *a) for k, a in below.items()]
+    out: list[tuple[Any, ...]] = [(run_id, k[0], k[1], FINEST, k[2], *a) for k, a in below.items()]
     prev_width = first_width
     for level, width in ROLLUP_LEVELS.items():
-        if level == 1:
+        if level == FINEST:
             continue
         ratio = width // prev_width
         accs: dict[tuple[int, int, int], Acc] = {}
@@ -207,7 +211,7 @@ def seal_rollups(
     """
     written = 0
     prev_width = 1
-    first = ROLLUP_LEVELS[1]
+    first = ROLLUP_LEVELS[FINEST]
     # Most batches seal nothing: a series whose level-1 block did not change and that got no step
     # before it needs nothing at any level (the widths nest, so neither do the coarser ones).
     busy = []
@@ -222,7 +226,7 @@ def seal_rollups(
         todo: list[tuple[int, ...]] = []
         for key in busy:
             for b0, b1 in blocks_to_seal(width, latest_before.get(key), latest_after[key], steps.get(key, ())):
-                if level == 1:
+                if level == FINEST:
                     todo.append((key[0], key[1], b0 * width, (b1 + 1) * width - 1))
                 else:
                     todo.append((key[0], key[1], b0 * ratio, (b1 + 1) * ratio - 1))
@@ -230,7 +234,7 @@ def seal_rollups(
         if not todo or level < from_level:
             continue
         accs: dict[tuple[int, int, int], Acc] = {}
-        if level == 1:
+        if level == FINEST:
             points = _level1_points(conn, run_id, todo, known or {})
             points.sort(key=_KEY3)
             accs = _level1(points)

@@ -1,4 +1,4 @@
-"""Sealing chunks of appended steps on whole columns: the chunk rows and their level-1 rollups at once.
+"""Sealing chunks of appended steps on whole columns: the chunk rows with their extremes at once.
 
 A batch of new steps only (training's pattern) that reaches a chunk's last step seals that chunk in
 every series it logs: 512 chunks at once for a one-step batch of 64 layers x 8 indicators. The
@@ -12,9 +12,10 @@ Python per 512-chunk seal, every 16th batch, on either database):
 - a chunk whose steps are consecutive and whose tokens are all absent or linear in the step (what
   a constant batch size gives) is packed by numpy, all chunks of one shape as one record array, in
   exactly the layout :func:`chunks.encode` writes; any other chunk goes through :func:`chunks.encode`;
-- a chunk is a level-1 rollup block (both 16 steps): its summary is computed from the same columns
-  with the rule of :func:`rollups._level1` (the first point in (value, step) order is the minimum, in
-  (-value, step) order the maximum; NaN never wins). Coarser levels are left to ``seal_rollups``.
+- a chunk row carries its minimum and maximum with their steps (revision 0014; :func:`chunks.summary`'s
+  rule: the first point in (value, step) order is the minimum, in (-value, step) order the maximum;
+  NaN never wins), computed from the same columns. Segments and rollups are left to
+  :mod:`monitor.store.segments` and ``seal_rollups``.
 """
 
 from __future__ import annotations
@@ -28,12 +29,10 @@ from sqlalchemy.engine import Connection
 
 from hyperwatch.hooks.columns import NULL_INT
 from hyperwatch.monitor.store import chunks
-from hyperwatch.monitor.store.bulk import bulk_write
 from hyperwatch.monitor.store.compact import copy_chunks, take_hot
-from hyperwatch.monitor.store.models import CHUNK_STEPS, ROLLUP_LEVELS
-from hyperwatch.monitor.store.rollups import ROLLUP_COLUMNS, ROLLUP_KEY, ROLLUP_REPLACE, ROLLUP_TYPES, extremes
+from hyperwatch.monitor.store.models import CHUNK_STEPS
+from hyperwatch.monitor.store.rollups import extremes
 
-assert ROLLUP_LEVELS[1] == CHUNK_STEPS, "a chunk is one level-1 rollup block"
 _TOKENS_MAX = 2**58  # linear tokens checked in int64 without overflow: |t0 + dt * 15| stays below 2^63
 
 
@@ -76,7 +75,7 @@ class Columns:
 def seal_appended(
     conn: Connection, run_id: int, ranges: list[tuple[int, int, int, int]], points: Columns
 ) -> tuple[int, int]:
-    """Seal the chunks of an all-new-steps batch; (hot rows taken from ``metric_points``, level-1 rows).
+    """Seal the chunks of an all-new-steps batch; (hot rows taken from ``metric_points``, chunks written).
 
     ``ranges``: (name_id, layer, first step, last step) of the hot rows to take, one per series whose
     boundary moved and that had points before; ``points``: every other point of the sealed chunks
@@ -91,16 +90,15 @@ def seal_appended(
     new[1:] = (cols.ids[1:] != cols.ids[:-1]) | (cols.layer[1:] != cols.layer[:-1]) | (chunk[1:] != chunk[:-1])
     starts = np.flatnonzero(new)
     counts = np.diff(np.append(starts, len(chunk)))
-    copy_chunks(conn, _chunk_rows(run_id, cols, chunk, starts, counts))
-    level1 = _level1_rows(run_id, cols, chunk, starts, counts)
-    bulk_write(conn, "metric_rollups", ROLLUP_COLUMNS, ROLLUP_TYPES, level1, ROLLUP_KEY, ROLLUP_REPLACE)
-    return len(taken), len(level1)
+    rows = _chunk_rows(run_id, cols, chunk, starts, counts)
+    copy_chunks(conn, rows)
+    return len(taken), len(rows)
 
 
 def _chunk_rows(
     run_id: int, cols: Columns, chunk: np.ndarray, starts: np.ndarray, counts: np.ndarray
 ) -> list[tuple[Any, ...]]:
-    """(run_id, name_id, layer, chunk, nonfinite, blob) per chunk, in key order."""
+    """``CHUNK_COLUMNS`` per chunk, in key order."""
     group = np.repeat(np.arange(len(starts)), counts)
     first_step = cols.step[starts]
     dense = cols.step[starts + counts - 1] - first_step == counts - 1
@@ -133,7 +131,8 @@ def _chunk_rows(
             for s, t, v in zip(cols.step[a:b].tolist(), cols.tokens[a:b].tolist(), cols.value[a:b].tolist())
         ]
         blobs[i] = chunks.encode(chunk_ids[i], pts)[0]
-    return [(run_id, ids[i], layers[i], chunk_ids[i], nonfinite[i], blobs[i]) for i in range(len(starts))]
+    extreme = _extremes(cols, starts, counts)
+    return [(run_id, ids[i], layers[i], chunk_ids[i], nonfinite[i], blobs[i], *extreme[i]) for i in range(len(starts))]
 
 
 def _pack(
@@ -154,30 +153,14 @@ def _pack(
     return [raw[i * size : (i + 1) * size] for i in range(len(starts))]
 
 
-def _level1_rows(
-    run_id: int, cols: Columns, chunk: np.ndarray, starts: np.ndarray, counts: np.ndarray
-) -> list[tuple[Any, ...]]:
-    """The level-1 rollup row of each chunk (``ROLLUP_COLUMNS`` order)."""
+def _extremes(cols: Columns, starts: np.ndarray, counts: np.ndarray) -> list[tuple[Any, ...]]:
+    """(min step, min value, max step, max value) of each chunk; all None for NaN alone."""
     lows, highs = extremes(cols.step, cols.value, np.repeat(np.arange(len(starts)), counts), starts)
-    step, tokens, value = cols.step.tolist(), cols.tokens.tolist(), cols.value.tolist()
-    ids, layers, blocks, n = (
-        cols.ids[starts].tolist(),
-        cols.layer[starts].tolist(),
-        chunk[starts].tolist(),
-        counts.tolist(),
-    )
+    step, value = cols.step.tolist(), cols.value.tolist()
     out: list[tuple[Any, ...]] = []
-    for i, (lo, hi) in enumerate(zip(lows.tolist(), highs.tolist(), strict=True)):
-        if value[lo] != value[lo]:  # NaN first: the block holds NaN alone
-            summary: tuple[Any, ...] = (None,) * 6
+    for lo, hi in zip(lows.tolist(), highs.tolist(), strict=True):
+        if value[lo] != value[lo]:  # NaN first: the chunk holds NaN alone
+            out.append((None, None, None, None))
         else:
-            summary = (
-                step[lo],
-                None if tokens[lo] == NULL_INT else tokens[lo],
-                value[lo],
-                step[hi],
-                None if tokens[hi] == NULL_INT else tokens[hi],
-                value[hi],
-            )
-        out.append((run_id, ids[i], layers[i], 1, blocks[i], n[i], *summary))
+            out.append((step[lo], value[lo], step[hi], value[hi]))
     return out

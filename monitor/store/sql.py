@@ -11,7 +11,7 @@ from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine, Row
 
 from hyperwatch.monitor.core.errors import InvalidInputError, NotFoundError
-from hyperwatch.monitor.store import migrate, names, removal, repair
+from hyperwatch.monitor.store import migrate, names, removal, repair, segments
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.cardinality import SeriesLimits
 from hyperwatch.monitor.store.engine import BUSY_TIMEOUT_MS, make_engine, managed, retry_busy
@@ -33,12 +33,15 @@ from hyperwatch.monitor.store.models import (
     RunRow,
     RunTagRow,
 )
+from hyperwatch.monitor.store.outbox import Outbox
 from hyperwatch.monitor.store.points import (
     as_utc,
     dialect_insert,
     now_utc,
 )
 from hyperwatch.monitor.store.sql_series import SeriesMixin
+from hyperwatch.monitor.store.summary import SummaryMixin
+from hyperwatch.monitor.store.webhooks import WebhooksMixin
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ def _run_not_found(project: str, name: str) -> NotFoundError:
     )
 
 
-class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, Store):
+class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, SummaryMixin, WebhooksMixin, Store):
     def __init__(self, url_or_engine: str | Engine, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         if isinstance(url_or_engine, str):
             self.engine = make_engine(url_or_engine, busy_timeout_ms)
@@ -74,6 +77,10 @@ class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, Store):
     def close(self) -> None:
         self.hot_vacuum.wait()
         self.engine.dispose()
+
+    def webhook_outbox(self) -> Outbox:
+        url = self.engine.url.render_as_string(hide_password=False)
+        return Outbox(make_engine(url))  # its own pool: the deliverer never takes a request's connection
 
     # -- helpers ---------------------------------------------------------------------------------
     def _project_id(self, conn: Connection, project: str, create: bool) -> int | None:
@@ -190,6 +197,8 @@ class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, Store):
                 values["group_id"] = group
         values["updated_at"] = now_utc()
         conn.execute(update(RunRow).where(RunRow.id == run_id).values(**values))
+        if values.get("status", ACTIVE_STATUS) != ACTIVE_STATUS:  # stopped: its open ranges packed (issue 36)
+            segments.pack(conn, run_id, [t for _r, t in segments.open_ranges(conn, run_id)])
         if "tags" in fields:
             conn.execute(delete(RunTagRow).where(RunTagRow.run_id == run_id))
             if fields["tags"]:

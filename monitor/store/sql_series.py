@@ -370,7 +370,7 @@ class SeriesMixin:
         q = (
             select(ProjectRow.name, RunRow.name, RunRow.id, RunRow.last_step, RunRow.last_point_at, RunRow.series_count)
             .join(ProjectRow, ProjectRow.id == RunRow.project_id)
-            .where(RunRow.status == ACTIVE_STATUS, RunRow.last_step.is_not(None))
+            .where(RunRow.status == ACTIVE_STATUS, RunRow.last_step.is_not(None), RunRow.archived.is_(False))
         )
         with managed(self.engine, "read the active runs' progress") as conn:
             return [ActiveRun(p, r, rid, int(s or 0), as_utc(t), int(n)) for p, r, rid, s, t, n in conn.execute(q)]
@@ -393,7 +393,7 @@ class SeriesMixin:
             .join(RunRow, RunRow.id == SeriesLatestRow.run_id)
             .join(ProjectRow, ProjectRow.id == RunRow.project_id)
             .join(MetricNameRow, MetricNameRow.id == SeriesLatestRow.name_id)
-            .where(RunRow.status == ACTIVE_STATUS)
+            .where(RunRow.status == ACTIVE_STATUS, RunRow.archived.is_(False))
         )
         if names is not None:  # /metrics: its gauges' names only, whatever else the runs log (issue 37)
             q = q.where(MetricNameRow.name.in_(list(names)))

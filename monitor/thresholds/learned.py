@@ -10,7 +10,8 @@ Learning (a group's ``learn_thresholds``; unset: :data:`defaults.LEARN_BY_DEFAUL
 thresholds that say where a model family's healthy runs live: the growth floors (``*_growth_floor``)
 and the logit ceiling ``attention_lse_max_limit``. It reads the group's *finished healthy runs*, healthy
 by their loss, as the early-warning benchmark judges them, never by the indicator rules that learning
-exists to correct: status ``finished``, a finite last loss, no incident of a rule that reads the loss or
+exists to correct: status ``finished``, not archived (an archived run is neither learned from nor
+counted in the best final loss), a finite last loss, no incident of a rule that reads the loss or
 its gradients (:data:`LOSS_RULES`), and a final loss (the mean of its last :data:`FINAL_POINTS` logged
 losses) within ``learn_loss_margin`` nats of the best final loss among the group's finished runs. A
 ``z_growth`` or ``logit_ceiling`` incident does not disqualify a run whose loss ended among the best:
@@ -22,9 +23,9 @@ never lowers a threshold.
 
 What is read from the runs (their names, each threshold's peak and the run it came from) is stored on
 the group row (``groups.learned``, migration 0010) by :func:`refresh`, which the API calls when a run
-of the group becomes finished, stops being finished or leaves the group, and when the group's
-``learn_thresholds`` is sent. The setting, ``learn_multiple`` and ``learn_min_runs`` are applied when
-read: changing them needs no new read.
+of the group becomes finished, stops being finished, leaves the group, is archived or unarchived
+or is deleted, and when the group's ``learn_thresholds`` is sent. The setting, ``learn_multiple``
+and ``learn_min_runs`` are applied when read: changing them needs no new read.
 """
 
 from __future__ import annotations
@@ -249,7 +250,7 @@ def learn(
     for run in runs:
         if run.status != FINISHED:
             continue
-        why = unhealthy(run) or (behind or {}).get(run.id)
+        why = "archived" if run.archived else unhealthy(run) or (behind or {}).get(run.id)
         if why is None:
             healthy[run.id] = run.name
         else:
@@ -281,7 +282,7 @@ def refresh(store: Store, group_id: int) -> dict[str, Any]:
     turning learning on then needs no read). Returns what was stored."""
     read_at = time.time()
     runs = store.group_run_health(group_id)
-    candidates = [r.id for r in runs if r.status == FINISHED and unhealthy(r) is None]
+    candidates = [r.id for r in runs if r.status == FINISHED and not r.archived and unhealthy(r) is None]
     finals = {rid: _mean(store.trailing_values(rid, "loss", None, END, FINAL_POINTS)) for rid in candidates}
     margin = _setting(store.get_group(group_id), "learn_loss_margin")
     behind = behind_the_best(finals, margin)

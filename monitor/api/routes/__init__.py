@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from hyperwatch.monitor.api.routes import alerts, analysis, forecast, groups, live, points, query, runs
+from hyperwatch.monitor.api.routes import alerts, analysis, forecast, groups, live, points, query, runs, webhooks
 
 API_ROUTERS: list[APIRouter] = [
     runs.router,
@@ -19,4 +19,5 @@ API_ROUTERS: list[APIRouter] = [
     alerts.router,
     analysis.router,
     forecast.router,
+    webhooks.router,
 ]

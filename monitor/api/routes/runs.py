@@ -5,14 +5,15 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query, Response
 from pydantic import ValidationError
 
 from hyperwatch.monitor.api import series_cursor, series_pages
-from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
-from hyperwatch.monitor.api.params import Limit, Offset, int_query
+from hyperwatch.monitor.api.deps import ReadAuth, ReaderDep, SettingsDep, StoreDep, WriteAuth
+from hyperwatch.monitor.api.params import Limit, Offset, int_query, names_query
+from hyperwatch.monitor.api.run_summary import RunListOut
 from hyperwatch.monitor.api.schemas import RunCreate, RunDeleted, RunOut, RunUpdate, SeriesInfoOut, Status
 from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.read.lines import run_view
@@ -30,16 +31,25 @@ order (the run-level series of a name first). At most `limit` series per answer 
 `X-Next-Cursor`; send its value back as `cursor` for the next page. A run holds at most
 `HYPERWATCH_MAX_SERIES_PER_RUN` series (409 on ingest beyond it), so every page costs what it holds."""
 
+MAX_SUMMARY_NAMES = 8
+LIST_RUNS_DOC = f"""Runs by id, filtered. With `summary=loss,val_loss` (at most {MAX_SUMMARY_NAMES} names) each
+run carries `metrics`: per named run-level metric it logged, its latest value and step, and its
+smallest and largest values with their steps over every logged step (NaN never counts, the earliest
+step wins a tie; non-finite values as the strings NaN, Infinity, -Infinity). They are read from each
+series' latest point and its min/max summary blocks, not from its points, so a page costs a few
+dozen rows per run and metric whatever the runs' length."""
+
+R = TypeVar("R", bound=RunOut)
 router = APIRouter(tags=["runs"])
 log = logging.getLogger(__name__)
 
 
-def runs_out(runs: Iterable[dict[str, Any]]) -> list[RunOut]:
+def runs_out(runs: Iterable[dict[str, Any]], model: type[R]) -> list[R]:
     """Each run the response model accepts; one that fails is left out and logged, never a 500 for the list."""
-    out = []
+    out: list[R] = []
     for run in runs:
         try:
-            out.append(RunOut.model_validate(run))
+            out.append(model.model_validate(run))
         except ValidationError as exc:
             log.warning("run id %s cannot be sent (%s); left out of the list", run.get("id"), exc)
     return out
@@ -74,8 +84,9 @@ def upsert_run(body: RunCreate, store: StoreDep, response: Response) -> RunOut:
 
 
 def _moves(fields: dict[str, Any]) -> bool:
-    """Whether an update can change which runs a group learns its thresholds from."""
-    return "status" in fields or "group" in fields
+    """Whether an update can change which runs a group learns its thresholds from (an archived run is
+    not learned from)."""
+    return "status" in fields or "group" in fields or "archived" in fields
 
 
 def _relearn(store: Store, fields: dict[str, Any], before: Run | None, after: Run) -> None:
@@ -85,10 +96,17 @@ def _relearn(store: Store, fields: dict[str, Any], before: Run | None, after: Ru
         learned.refresh_quietly(store, [r.group_id for r in (before, after) if r and r.status == learned.FINISHED])
 
 
-@router.get("/runs", response_model=list[RunOut], dependencies=[ReadAuth], summary="List runs")
+@router.get(
+    "/runs",
+    response_model=list[RunListOut],
+    dependencies=[ReadAuth],
+    summary="List runs",
+    description=LIST_RUNS_DOC,
+)
 def list_runs(
     store: StoreDep,
     settings: SettingsDep,
+    read: ReaderDep,
     project: str | None = None,
     group: str | None = None,
     tag: Annotated[list[str] | None, Query(description="repeat for runs having every tag")] = None,
@@ -99,11 +117,26 @@ def list_runs(
     include_archived: Annotated[bool, Query(description="true: archived runs too")] = False,
     limit: Limit = 100,
     offset: Offset = 0,
-) -> list[RunOut]:
+    summary: Annotated[
+        list[str] | None,
+        names_query(
+            "summary",
+            MAX_SUMMARY_NAMES,
+            f"run-level metrics to sum up in each run's `metrics` (repeat, or comma-separated; at most "
+            f"{MAX_SUMMARY_NAMES}), e.g. summary=loss,val_loss",
+        ),
+    ] = None,
+) -> list[RunListOut]:
     limit = min(limit, settings.max_page_size)
     which = None if include_archived else bool(archived)
     runs = store.list_runs(project, group, tag or (), status, limit, offset, archived=which)
-    return runs_out(run_view(r, settings.stale_after_s) for r in runs)
+    views = [run_view(r, settings.stale_after_s) for r in runs]
+    if summary:
+        found = read.run_summaries(runs, summary)
+        views = [
+            {**v, "metrics": {n: found[r.id][n] for n in summary if n in found[r.id]}} for v, r in zip(views, runs)
+        ]
+    return runs_out(views, RunListOut)
 
 
 @router.get("/runs/{run_id}", response_model=RunOut, dependencies=[ReadAuth], summary="One run")

@@ -66,12 +66,12 @@ def _value(rng: random.Random) -> float:
 
 
 def test_batch_summaries_fold_the_levels_with_nan_never_winning() -> None:
-    rows = [(1, 0, 3, 30, None), (1, 0, 5, 50, 2.0), (1, 0, 17, 170, 2.0), (1, 0, 20, 200, -math.inf)]
+    # levels 2 (1,024 steps) and 3 (4,096) since revision 0014
+    rows = [(1, 0, 3, 30, None), (1, 0, 5, 50, 2.0), (1, 0, 1029, 170, 2.0), (1, 0, 1040, 200, -math.inf)]
     got = {(r[3], r[4]): r[5:] for r in batch_summaries(7, rows)}
-    assert got[(1, 0)] == (2, 5, 50, 2.0, 5, 50, 2.0)  # the NaN point counts but is no extreme
-    assert got[(1, 1)] == (2, 20, 200, -math.inf, 17, 170, 2.0)
-    assert got[(2, 0)] == (4, 20, 200, -math.inf, 5, 50, 2.0)  # the tie at 2.0: the earlier step
-    assert got[(3, 0)] == got[(2, 0)]
+    assert got[(2, 0)] == (2, 5, 50, 2.0, 5, 50, 2.0)  # the NaN point counts but is no extreme
+    assert got[(2, 1)] == (2, 1040, 200, -math.inf, 1029, 170, 2.0)
+    assert got[(3, 0)] == (4, 1040, 200, -math.inf, 5, 50, 2.0)  # the tie at 2.0: the earlier step
 
 
 def test_random_batches_with_overwrites_keep_every_block_exact(store: SqlStore) -> None:
@@ -100,11 +100,11 @@ def test_random_batches_with_overwrites_keep_every_block_exact(store: SqlStore) 
 
 def test_overwrite_lowering_the_maximum_is_recomputed(store: SqlStore) -> None:
     run, _ = store.upsert_run("default", "lower", {})
-    store.ingest(run.id, uuid.uuid4().hex, [Point("loss", s, 1.0 + (s == 5) * 99.0) for s in range(20)])
-    store.ingest(run.id, uuid.uuid4().hex, [Point("loss", 5, 0.5), Point("loss", 100, math.nan)])
+    store.ingest(run.id, uuid.uuid4().hex, [Point("loss", s, 1.0 + (s == 5) * 99.0) for s in range(1030)])
+    store.ingest(run.id, uuid.uuid4().hex, [Point("loss", 5, 0.5), Point("loss", 1100, math.nan)])
     got = stored(store)
-    block0 = next(v for k, v in got.items() if k[3:] == (1, 0))
-    assert block0[0] == 16 and block0[3] == 0.5 and block0[6] == 1.0 and block0[4] == 0  # min 0.5 @5, max 1.0 @0
+    block0 = next(v for k, v in got.items() if k[3:] == (2, 0))  # the first segment's block (1,024 steps)
+    assert block0[0] == 1024 and block0[3] == 0.5 and block0[6] == 1.0 and block0[4] == 0  # min 0.5 @5, max 1.0 @0
     assert got == brute_force(store)
 
 
@@ -180,5 +180,5 @@ def test_appending_steps_writes_each_rollup_row_once(store: SqlStore) -> None:
         event.remove(store.engine, "before_cursor_execute", count)
     got = stored(store)
     assert got == brute_force(store)
-    assert len(got) == 3 * (4203 // 16 + 4203 // 256 + 4203 // 4096)
+    assert len(got) == 3 * (4203 // 1024 + 4203 // 4096)
     assert sum(writes) == len(got)  # every row written exactly once

@@ -1,0 +1,212 @@
+"""Packing a series' sealed chunks into segments: one compressed ``metric_chunks`` row per aligned
+range of ``SEGMENT_STEPS`` steps (issue 36; the blob: :mod:`monitor.store.segcodec`).
+
+Layout, for a series whose sealed boundary (:func:`monitor.store.compact.boundary`) is ``B``:
+
+- each whole range ``[s * SEGMENT_STEPS, (s + 1) * SEGMENT_STEPS)`` below ``B`` is one segment row
+  (key: the range's first chunk; ``span`` = ``SEGMENT_CHUNKS``), and its level-2 rollup row (the
+  finest level, ``ROLLUP_LEVELS``) is written with it, from the same columns;
+- the open range (the one holding ``B``) is a partial segment row covering its first ``span``
+  chunks, packed whenever ``B`` passes a multiple of ``PACK_STEPS`` and when the run stops running,
+  then version-1 chunks of 16 steps (at most 15 after a pack), then the hot points.
+
+Rows never overlap, and every row lies inside one aligned range, so a read of chunks ``[ca, cb]``
+starts at ``ca``'s range's first chunk (:mod:`monitor.store.chunks`). A pack reads every row of a
+range, merges them (and a batch's late points, which win), writes one row and deletes the others,
+inside the batch's transaction, under its run's lock. A late point below ``B`` lands in the segment
+row covering its chunk (rewritten), or in a whole sealed range without a row (a new segment); any
+other late point rewrites its version-1 chunk (:mod:`monitor.store.compact`).
+
+Cost (issue 36's workload, 512 series): a pack at every 256th step re-encodes the open range's
+points, so each point is encoded ~2.5 times over its range's life, at ~0.06 s per million points.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from hyperwatch.hooks.columns import NULL_INT
+from hyperwatch.monitor.store import chunks, segcodec
+from hyperwatch.monitor.store.bulk import bulk_write, pg_array, read_in_ranges
+from hyperwatch.monitor.store.chunks import CHUNK_COLUMNS, CHUNK_KEY, CHUNK_SET, CHUNK_TYPES, Cand, seg_floor
+from hyperwatch.monitor.store.models import CHUNK_STEPS, PACK_STEPS, ROLLUP_LEVELS, SEGMENT_CHUNKS
+
+SeriesKey = tuple[int, int]
+Target = tuple[int, int, int, int]  # name_id, layer, first chunk of the range, end chunk (exclusive)
+PointRow = tuple[int, int, int, int | None, float | None]
+Known = dict[SeriesKey, tuple[list[tuple[int, int]], list[Cand]]]
+FINEST = min(ROLLUP_LEVELS)
+assert ROLLUP_LEVELS[FINEST] == SEGMENT_CHUNKS * CHUNK_STEPS, "a whole segment is one finest rollup block"
+
+_ROLLUP_COLUMNS = (
+    "run_id", "name_id", "layer", "level", "block", "n_points",
+    "min_step", "min_tokens", "min_value", "max_step", "max_tokens", "max_value",
+)  # fmt: skip
+_ROLLUP_TYPES = ("int",) * 4 + ("bigint", "int") + ("bigint", "bigint", "float8") * 2
+_ROLLUP_KEY = ("run_id", "name_id", "layer", "level", "block")
+_ROLLUP_SET = ", ".join(f"{c} = excluded.{c}" for c in _ROLLUP_COLUMNS[5:])
+_DELETE_PG = (
+    "DELETE FROM metric_chunks AS t USING unnest(%s::int[], %s::int[], %s::bigint[], %s::bigint[]) AS r(n, l, a, b) "
+    "WHERE t.run_id = %s AND t.name_id = r.n AND t.layer = r.l AND t.chunk >= r.a AND t.chunk < r.b"
+)
+_DELETE_SQLITE = "DELETE FROM metric_chunks WHERE run_id = ? AND name_id = ? AND layer = ? AND chunk >= ? AND chunk < ?"
+
+
+def crossed(keys: Sequence[SeriesKey], before: Sequence[int], after: Sequence[int]) -> list[Target]:
+    """The ranges to pack after sealed boundaries moved from ``before`` to ``after`` (step multiples of
+    16): every whole range the move completes, and the open range when a multiple of ``PACK_STEPS``
+    was passed inside it."""
+    out: list[Target] = []
+    for (n, la), eb, ea in zip(keys, before, after, strict=True):
+        if ea // PACK_STEPS <= eb // PACK_STEPS:
+            continue
+        cb, ce = eb // CHUNK_STEPS, ea // CHUNK_STEPS
+        for c0 in range(seg_floor(cb), ce, SEGMENT_CHUNKS):
+            end = min(c0 + SEGMENT_CHUNKS, ce)
+            if (
+                end == c0 + SEGMENT_CHUNKS
+                or (end * CHUNK_STEPS) // PACK_STEPS > max(cb, c0) * CHUNK_STEPS // PACK_STEPS
+            ):
+                out.append((n, la, c0, end))
+    return out
+
+
+def open_ranges(conn: Connection, run_id: int | None = None) -> list[tuple[int, Target]]:
+    """(run_id, target) of every series' open range holding version-1 chunks (a run that stopped:
+    nothing will seal there for a while, so its chunks are packed now)."""
+    where, params = ("", {}) if run_id is None else (" AND c.run_id = :r", {"r": run_id})
+    sql = (
+        "SELECT DISTINCT c.run_id, c.name_id, c.layer, s.step FROM metric_chunks c JOIN series_latest s "
+        "ON s.run_id = c.run_id AND s.name_id = c.name_id AND s.layer = c.layer "
+        f"WHERE c.chunk >= ((s.step + 1) / {SEGMENT_CHUNKS * CHUNK_STEPS}) * {SEGMENT_CHUNKS}{where}"
+    )
+    out: list[tuple[int, Target]] = []
+    for r, n, la, latest in conn.execute(text(sql), params):
+        end = (int(latest) + 1) // CHUNK_STEPS
+        if end > seg_floor(end):
+            out.append((int(r), (int(n), int(la), seg_floor(end), end)))
+    return sorted(set(out))
+
+
+def pack(
+    conn: Connection, run_id: int, targets: Sequence[Target], extra: Mapping[tuple[int, int, int], list[PointRow]] = {}
+) -> Known:
+    """Pack every row of each target range into one segment row (``extra``: points per target (name,
+    layer, first chunk) that win over the stored ones). Writes the finest rollup row of each whole
+    range; returns what the ranges given ``extra`` hold now (the rollups of late writes)."""
+    if not targets:
+        return {}
+    found = read_in_ranges(
+        conn, run_id, "t.chunk, t.data", "metric_chunks", "chunk", "", [(n, la, a, b - 1) for n, la, a, b in targets]
+    )
+    stored: dict[tuple[int, int, int], list[tuple[int, bytes]]] = defaultdict(list)
+    for n, la, c, blob in found:
+        stored[(int(n), int(la), seg_floor(int(c)))].append((int(c), bytes(blob)))
+    rows: list[tuple[Any, ...]] = []
+    rollup_rows: list[tuple[Any, ...]] = []
+    known: Known = {}
+    for n, la, c0, end in targets:
+        parts = [chunks.decode_columns(c, blob) for c, blob in sorted(stored.get((n, la, c0), []))]
+        late = extra.get((n, la, c0))
+        if late:
+            parts.append(_columns(late))
+        if not parts:
+            continue
+        steps, tokens, values = _merged(parts)
+        blob = segcodec.encode(c0 * CHUNK_STEPS, end - c0, steps, tokens, values)
+        lo, hi = _extremes(steps, values)
+        summary = (None,) * 4 if lo is None else (int(steps[lo]), float(values[lo]), int(steps[hi]), float(values[hi]))
+        nonfinite = int(len(values) - np.isfinite(values).sum())
+        rows.append((run_id, n, la, c0, nonfinite, blob, *summary))
+        if end - c0 == SEGMENT_CHUNKS:
+            rollup_rows.append(
+                (run_id, n, la, FINEST, c0 // SEGMENT_CHUNKS, len(steps), *_rollup(steps, tokens, values, lo, hi))
+            )
+        if late is not None:
+            known[(n, la)] = ([(c0, end - 1)], chunks.to_cands(steps, tokens, values))
+    delete(conn, run_id, [t for t in targets if stored.get(t[:3])])
+    bulk_write(conn, "metric_chunks", CHUNK_COLUMNS, CHUNK_TYPES, rows, CHUNK_KEY, CHUNK_SET)
+    bulk_write(conn, "metric_rollups", _ROLLUP_COLUMNS, _ROLLUP_TYPES, rollup_rows, _ROLLUP_KEY, _ROLLUP_SET)
+    return known
+
+
+def late_targets(
+    conn: Connection, run_id: int, late: Sequence[tuple[int, int, int]], before: Mapping[SeriesKey, int]
+) -> dict[tuple[int, int, int], Target]:
+    """Which late chunks (name, layer, chunk below the boundary ``before`` sealed) belong to a segment
+    row: one whose span holds them, or a whole sealed range (which gets one); chunk -> its range."""
+    if not late:
+        return {}
+    firsts = sorted({(n, la, seg_floor(c)) for n, la, c in late})
+    spans: dict[tuple[int, int, int], int] = {}
+    for n, la, c, blob in read_in_ranges(
+        conn, run_id, "t.chunk, t.data", "metric_chunks", "chunk", "", [(n, la, c0, c0) for n, la, c0 in firsts]
+    ):
+        if bytes(blob[:1])[0] == segcodec.VERSION:
+            spans[(int(n), int(la), int(c))] = segcodec.span(bytes(blob[:8]))
+    out: dict[tuple[int, int, int], Target] = {}
+    for n, la, c in late:
+        c0 = seg_floor(c)
+        sealed = (before[(n, la)] + 1) // CHUNK_STEPS >= c0 + SEGMENT_CHUNKS
+        span = SEGMENT_CHUNKS if sealed else spans.get((n, la, c0), 0)
+        if c < c0 + span:
+            out[(n, la, c)] = (n, la, c0, c0 + max(span, spans.get((n, la, c0), 0)))
+    return out
+
+
+def delete(conn: Connection, run_id: int, targets: Sequence[Target]) -> None:
+    """Delete every row in the target ranges."""
+    if not targets:
+        return
+    if conn.dialect.name == "postgresql":
+        types = ("int", "int", "bigint", "bigint")
+        params = (*(pg_array(col, t) for col, t in zip(zip(*targets), types, strict=True)), run_id)
+        conn.exec_driver_sql(_DELETE_PG, params)
+    else:
+        conn.exec_driver_sql(_DELETE_SQLITE, [(run_id, *t) for t in targets])
+
+
+def _columns(rows: Sequence[PointRow]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    steps = np.array([r[2] for r in rows], dtype=np.int64)
+    tokens = np.array([NULL_INT if r[3] is None else r[3] for r in rows], dtype=np.int64)
+    values = np.array([np.nan if r[4] is None else r[4] for r in rows], dtype=np.float64)
+    return steps, tokens, values
+
+
+def _merged(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Columns of the parts, step-sorted, a later part's point winning a step two parts hold."""
+    if len(parts) == 1:
+        return parts[0]
+    steps, tokens, values = (np.concatenate(c) for c in zip(*parts))
+    rank = np.concatenate([np.full(len(p[0]), i) for i, p in enumerate(parts)])
+    order = np.lexsort((rank, steps))
+    steps, tokens, values = steps[order], tokens[order], values[order]
+    last = np.ones(len(steps), dtype=bool)
+    last[:-1] = steps[1:] != steps[:-1]
+    return steps[last], tokens[last], values[last]
+
+
+def _extremes(steps: np.ndarray, values: np.ndarray) -> tuple[int | None, int | None]:
+    """Rows of the minimum and the maximum (NaN never wins, the earlier step wins a tie); None: NaN alone."""
+    if np.isnan(values).all():
+        return None, None
+    return int(np.lexsort((steps, values))[0]), int(np.lexsort((steps, -values))[0])
+
+
+def _rollup(
+    steps: np.ndarray, tokens: np.ndarray, values: np.ndarray, lo: int | None, hi: int | None
+) -> tuple[Any, ...]:
+    if lo is None or hi is None:
+        return (None,) * 6
+
+    def point(i: int) -> tuple[Any, ...]:
+        t = int(tokens[i])
+        return int(steps[i]), None if t == NULL_INT else t, float(values[i])
+
+    return (*point(lo), *point(hi))

@@ -1,0 +1,21 @@
+"""bench/storage.py --quick runs end to end on both databases and reads every point back (issue 36)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_storage_bench_quick_is_lossless() -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "storage.py"), "--quick", "--repeats", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = [line for line in done.stdout.splitlines() if line.startswith(("| workload", "| fixture"))]
+    assert len(table) == 4 and all(line.endswith("| True |") for line in table), done.stdout
