@@ -9,17 +9,13 @@ used (``--server``, default ``HYPERWATCH_SERVER`` or ``http://127.0.0.1:8000``) 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-DEFAULT_SERVER = "http://127.0.0.1:8000"
-
-
-class _Failed(Exception):
-    """What went wrong, in words for the terminal."""
+from hyperwatch.monitor.cli.service import Failed as _Failed
+from hyperwatch.monitor.cli.service import Service, add_service_flags
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -32,9 +28,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("run", help="run id, or project/name (a bare name is in project 'default')")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask before deleting")
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--server", help=f"service URL (default: HYPERWATCH_SERVER or {DEFAULT_SERVER})")
     source.add_argument("--db", metavar="URL", help="the database directly: sqlite:///x.db, postgresql+psycopg://")
-    p.add_argument("--token", help="write token of the service (default: HYPERWATCH_WRITE_TOKEN)")
+    add_service_flags(p, source)
     return p
 
 
@@ -47,22 +42,7 @@ def _target(text: str) -> int | tuple[str, str]:
     return project or "default", name
 
 
-class _Api:
-    def __init__(self, args: argparse.Namespace) -> None:
-        from hyperwatch.hooks.sinks.client import api, request
-
-        self.base = args.server or os.environ.get("HYPERWATCH_SERVER") or DEFAULT_SERVER
-        self.token = args.token or os.environ.get("HYPERWATCH_WRITE_TOKEN")
-        self._api, self._request = api, request
-
-    def call(self, method: str, path: str, body: Any = None) -> Any:
-        resp = self._request(method, self._api(self.base, path), body, self.token, timeout=120)
-        if resp.status // 100 != 2:
-            detail = resp.body if isinstance(resp.body, dict) else {}
-            why = detail.get("message") or detail.get("detail") or resp.error or resp.status
-            raise _Failed(f"{self.base}: {method} {path}: {why}")
-        return resp.body
-
+class _Api(Service):
     def find(self, target: int | tuple[str, str]) -> dict[str, Any]:
         if isinstance(target, int):
             found: dict[str, Any] = self.call("GET", f"/api/v1/runs/{target}")

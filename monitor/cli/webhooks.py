@@ -9,16 +9,12 @@ webhook's URL masked, as the API does, with its deliveries and the latest attemp
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import urllib.parse
 from typing import Any
 
-DEFAULT_SERVER = "http://127.0.0.1:8000"
-
-
-class _Failed(Exception):
-    """What went wrong, in words for the terminal."""
+from hyperwatch.monitor.cli.service import Failed as _Failed
+from hyperwatch.monitor.cli.service import Service, add_service_flags
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -42,22 +38,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         one.add_argument("project")
         one.add_argument("id", type=int)
     for q in sub.choices.values():
-        q.add_argument("--server", help=f"service URL (default: HYPERWATCH_SERVER or {DEFAULT_SERVER})")
-        q.add_argument("--token", help="write token of the service (default: HYPERWATCH_WRITE_TOKEN)")
+        add_service_flags(q)
     return p
 
 
 def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
-    from hyperwatch.hooks.sinks.client import api, request
-
-    base = args.server or os.environ.get("HYPERWATCH_SERVER") or DEFAULT_SERVER
-    token = args.token or os.environ.get("HYPERWATCH_WRITE_TOKEN")
-    resp = request(method, api(base, path), body, token, timeout=60)
-    if resp.status // 100 != 2:
-        detail = resp.body if isinstance(resp.body, dict) else {}
-        why = detail.get("message") or detail.get("detail") or resp.error or resp.status
-        raise _Failed(f"{base}: {method} {path}: {why}")
-    return resp.body
+    return Service(args, timeout=60).call(method, path, body)
 
 
 def _line(hook: dict[str, Any]) -> str:

@@ -5,26 +5,20 @@
 How it reads, in one statement on both databases, without reading every point:
 
 - the latest step and value come from ``series_latest`` (one row per series, NaN as NULL);
-- the extremes come from the rollup rows that cover the series without overlap, the same nesting
-  :mod:`monitor.store.learning` reads peaks by: every level-3 (4096-step) row, the level-2 rows after
-  the last sealed level-3 block, the level-1 rows after the last sealed level-2 block (a block is
-  sealed once the latest step reaches its end, :mod:`monitor.store.rollups`), and the hot points
-  after the last sealed level-1 block (fewer than 16 per series). A rollup row keeps the step of its
-  minimum and of its maximum (NaN never wins, +-Inf compete, the earlier step wins a tie), so the
-  extremes and their steps are exact: at most ~45 rows per series plus one per 4,096 steps;
-- since revision 0014 (issue 36) the finest level is one segment (1,024 steps) and the open segment
-  range is covered by its ``metric_chunks`` rows' own extremes (``min_step``, ``min_value``,
-  ``max_step``, ``max_value``: a partial segment and at most 15 chunks of 16 steps); the hot points
-  after that;
+- the extremes come from the rows that cover the series without overlap, the same nesting
+  :mod:`monitor.store.learning` reads peaks by: every level-3 (4,096-step) rollup row, the level-2
+  (1,024-step, one per segment) rows after the last sealed level-3 block, then the open segment range's
+  ``metric_chunks`` rows (a partial segment and at most 15 chunks of 16 steps), each with its own
+  extremes (``min_step``, ``min_value``, ``max_step``, ``max_value``, revision 0014), and the hot
+  points after them. Every such row keeps the step of its minimum and of its maximum (NaN never
+  wins, +-Inf compete, the earlier step wins a tie), so the extremes and their steps are exact;
 - ``row_number()`` over each series keeps the smallest (then earliest) and the largest (then
   earliest) of those rows, so the database sends back one row per series.
 
-For whoever changes the storage format (compressed segments in place of 16-step chunks or of the
-16-step rollup level): this module is the only reader of extremes for the runs table. If level-1
-rollups go, the hot-tail boundary (:func:`_tail_start`) and the covering rows (:func:`_covering`)
-must follow what replaces them (per-segment min/max with their steps would do), and
-``tests/monitor/api/test_run_summary.py`` (extremes placed in every level and the tail, checked
-against every point on SQLite and PostgreSQL) must keep passing.
+For whoever changes the storage format again: this module is the only reader of extremes for the
+runs table. The hot-tail boundary (:func:`_tail_start`) and the covering rows (:func:`_covering`) must
+follow the format, and ``tests/monitor/api/test_run_summary.py`` (extremes placed in every level and
+the tail, checked against every point on SQLite and PostgreSQL) must keep passing.
 """
 
 from __future__ import annotations
