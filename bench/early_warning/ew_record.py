@@ -56,6 +56,7 @@ from ew_specs import ARMS, DEFAULT_ARMS, Spec, make_spec, optimizers, prepare_st
 
 from hyperwatch import hooks  # noqa: E402
 from hyperwatch.hooks.sinks.base import MemorySink  # noqa: E402
+from hyperwatch.monitor.processes.lifetime import exit_with_parent  # noqa: E402
 
 PROJECT = "default"  # the sink posts without ?project=: runs land in "default"
 DATA_BYTES = 2_000_000
@@ -154,6 +155,7 @@ def train(
 
 def _init_worker(threads: int) -> None:
     global _data
+    exit_with_parent()  # a recording stopped by a signal leaves no worker training on
     torch.set_num_threads(threads)
     _data = stdlib_bytes(DATA_BYTES)
 

@@ -56,4 +56,19 @@ def die_with_parent(cmd: list[str], sig: int = signal.SIGTERM) -> list[str]:
     return [sys.executable, "-S", "-c", _LAUNCHER, str(os.getpid()), str(int(sig)), *cmd]
 
 
-__all__ = ["PR_SET_PDEATHSIG", "die_with_parent"]
+def exit_with_parent(sig: int = signal.SIGTERM) -> None:
+    """This process receives ``sig`` when its parent dies (Linux; elsewhere nothing): for worker
+    processes a pool starts itself (``ProcessPoolExecutor``'s initializer), which no command wraps.
+    A parent that dies while the flag is set ends the worker at once."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "exit_with_parent: prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # the parent died between the read and the flag
+        os.kill(os.getpid(), sig)
+
+
+__all__ = ["PR_SET_PDEATHSIG", "die_with_parent", "exit_with_parent"]
