@@ -42,7 +42,12 @@ def app_with(store: SqlStore, **settings: Any) -> TestClient:
 
 
 def concrete(path: str) -> str:
-    return path.replace("{run_id}", "1").replace("{group_id}", "1")
+    return (
+        path.replace("{run_id}", "1")
+        .replace("{group_id}", "1")
+        .replace("{webhook_id}", "1")
+        .replace("{project}", "default")
+    )
 
 
 def routes(client: TestClient) -> list[tuple[str, str]]:

@@ -26,13 +26,13 @@ from pydantic import BaseModel, BeforeValidator, Field, StrictBool
 
 from hyperwatch.hooks.schema import SchemaError, validate_run_name
 from hyperwatch.monitor.alerting.notify import masked_url, send_test
-from hyperwatch.monitor.api.deps import SettingsDep, StoreDep, WriteAuth
+from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
 from hyperwatch.monitor.api.field_types import KEEP, Text, not_null
 from hyperwatch.monitor.api.schemas import Strict
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.store.webhooks import Webhook
 
-router = APIRouter(tags=["webhooks"], dependencies=[WriteAuth])
+router = APIRouter(tags=["webhooks"])  # reads: the read token (URLs masked); changes and test sends: the write token
 
 MAX_URL_CHARS = 2000
 EXAMPLE_URL = "https://hooks.slack.com/services/T000/B000/XXXX"
@@ -145,6 +145,7 @@ def _project(project: str) -> str:
     response_model=WebhookOut,
     status_code=201,
     responses={200: {"model": WebhookOut, "description": "the project's webhook of this URL, updated"}},
+    dependencies=[WriteAuth],
     summary="Add a webhook for the project's new incidents (Slack or generic JSON)",
 )
 def add_webhook(project: str, body: WebhookIn, store: StoreDep, response: Response) -> WebhookOut:
@@ -154,17 +155,32 @@ def add_webhook(project: str, body: WebhookIn, store: StoreDep, response: Respon
     return _out(hook)
 
 
-@router.get("/projects/{project}/webhooks", response_model=list[WebhookOut], summary="A project's webhooks")
+@router.get(
+    "/projects/{project}/webhooks",
+    response_model=list[WebhookOut],
+    dependencies=[ReadAuth],
+    summary="A project's webhooks",
+)
 def list_webhooks(project: str, store: StoreDep) -> list[WebhookOut]:
     return [_out(w) for w in store.list_webhooks(project)]
 
 
-@router.get("/projects/{project}/webhooks/{webhook_id}", response_model=WebhookOut, summary="One webhook")
+@router.get(
+    "/projects/{project}/webhooks/{webhook_id}",
+    response_model=WebhookOut,
+    dependencies=[ReadAuth],
+    summary="One webhook",
+)
 def get_webhook(project: str, webhook_id: int, store: StoreDep) -> WebhookOut:
     return _out(store.get_webhook(project, webhook_id))
 
 
-@router.patch("/projects/{project}/webhooks/{webhook_id}", response_model=WebhookOut, summary="Change a webhook")
+@router.patch(
+    "/projects/{project}/webhooks/{webhook_id}",
+    response_model=WebhookOut,
+    dependencies=[WriteAuth],
+    summary="Change a webhook",
+)
 def update_webhook(project: str, webhook_id: int, body: WebhookPatch, store: StoreDep) -> WebhookOut:
     return _out(store.update_webhook(project, webhook_id, body.model_dump(exclude_unset=True)))
 
@@ -172,6 +188,7 @@ def update_webhook(project: str, webhook_id: int, body: WebhookPatch, store: Sto
 @router.delete(
     "/projects/{project}/webhooks/{webhook_id}",
     response_model=WebhookOut,
+    dependencies=[WriteAuth],
     summary="Remove a webhook and its queued deliveries",
 )
 def delete_webhook(project: str, webhook_id: int, store: StoreDep) -> WebhookOut:
@@ -181,6 +198,7 @@ def delete_webhook(project: str, webhook_id: int, store: StoreDep) -> WebhookOut
 @router.post(
     "/projects/{project}/webhooks/{webhook_id}/test",
     response_model=WebhookTestOut,
+    dependencies=[WriteAuth],
     summary="Send an example notification now (nothing stored) and say what the receiver answered",
 )
 def test_webhook(project: str, webhook_id: int, store: StoreDep, settings: SettingsDep) -> WebhookTestOut:
