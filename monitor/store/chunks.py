@@ -214,6 +214,41 @@ def decode_columns(chunk: int, blob: bytes) -> tuple[np.ndarray, np.ndarray, np.
     return np.array(s, dtype=np.int64), tok, np.array(v, dtype=np.float64)
 
 
+def steps_values(rows: Sequence[tuple[int, bytes]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row index, step, value with NaN) of every point of (chunk, data) rows, in row order and step
+    order within a row; tokens are not decoded. Each row is decoded once: the 16-step chunks of the
+    common layout (consecutive steps, no or linear tokens) of one blob size all at once through one
+    numpy record view, any other row through :func:`decode_columns` / ``segcodec``."""
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    same: dict[tuple[int, int], list[int]] = {}  # (flags, size) -> rows of the common chunk layout
+    for i, (chunk, blob) in enumerate(rows):
+        if blob[0] == VERSION and blob[1] & DENSE and blob[1] & (TOK_NONE | TOK_LINEAR):
+            same.setdefault((blob[1], len(blob)), []).append(i)
+            continue
+        if blob[0] == segcodec.VERSION:
+            steps, values = segcodec.decode_steps_values(chunk * CHUNK_STEPS, blob)
+        else:
+            steps, _tokens, values = decode_columns(chunk, blob)
+        parts.append((np.full(len(steps), i, dtype=np.int64), steps, values))
+    for (flags, size), idx in same.items():
+        head = _HEAD.size + 2 + (_LINEAR.size if flags & TOK_LINEAR else 0)
+        n = (size - head) // 8
+        layout = np.dtype(
+            {"names": ["first", "values"], "formats": ["<u2", ("<f8", n)], "offsets": [4, head], "itemsize": size}
+        )
+        rec = np.frombuffer(b"".join(rows[i][1] for i in idx), layout)
+        at = np.asarray(idx, dtype=np.int64)
+        base = np.asarray([rows[i][0] for i in idx], dtype=np.int64) * CHUNK_STEPS + rec["first"]
+        parts.append(
+            (np.repeat(at, n), (base[:, None] + np.arange(n)).ravel(), rec["values"].astype(np.float64).ravel())
+        )
+    if not parts:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+    at, steps, values = (np.concatenate(col) for col in zip(*parts))
+    order = np.argsort(at, kind="stable")
+    return at[order], steps[order], values[order]
+
+
 def decode_rows(rows: Iterable[tuple[int, bytes]], lo: int, hi: int) -> list[Cand]:
     """The points within steps [lo, hi] of (chunk, data) rows."""
     out: list[Cand] = []

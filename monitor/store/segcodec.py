@@ -138,6 +138,29 @@ def decode(base: int, blob: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return steps.astype(np.int64), tokens.astype(np.int64), values
 
 
+def decode_steps_values(base: int, blob: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values with NaN) of a version-2 blob, its tokens skipped (not decompressed): what the
+    readers of values alone need (:mod:`monitor.store.matrix`)."""
+    ver, flags, _span, n = _HEAD.unpack_from(blob, 0)
+    if ver != VERSION:
+        raise ValueError(f"metric_chunks.data: not a segment (format version {ver})")
+    pos = _HEAD.size
+    if flags & REGULAR:
+        first, stride = _PAIR32.unpack_from(blob, pos)
+        pos += _PAIR32.size
+        steps = base + first + stride * np.arange(n, dtype=np.int64)
+    else:
+        raw, pos = _take(blob, pos)
+        steps = base + pco.simple_decompress(raw).astype(np.int64)
+    if flags & TOK_LINEAR:
+        pos += _LINEAR.size
+    elif not flags & TOK_NONE:
+        if flags & TOK_MASK:
+            pos += -(-n // 8)
+        pos += _U32.size + _U32.unpack_from(blob, pos)[0]
+    return steps.astype(np.int64), pco.simple_decompress(blob[pos:])
+
+
 def _take(blob: bytes, pos: int) -> tuple[bytes, int]:
     size = _U32.unpack_from(blob, pos)[0]
     pos += _U32.size

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +11,7 @@ from sqlalchemy.engine import Connection, Engine
 from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.core.errors import NotFoundError
-from hyperwatch.monitor.store import cardinality, incidents
+from hyperwatch.monitor.store import cardinality, incidents, matrix
 from hyperwatch.monitor.store import downsample as ds
 from hyperwatch.monitor.store.base import Detector, DetectorFor
 from hyperwatch.monitor.store.engine import managed, retry_busy
@@ -195,35 +194,20 @@ class SeriesMixin:
         with managed(self.engine, f"read layer matrix {name} of run {run_id}") as conn:
             self._get_run(conn, run_id)
             nid = self._name_id(conn, name, create=False)
-            layers: list[int] = []
+            latest: dict[int, int] = {}
             if nid is not None:
-                layers = sorted(
-                    conn.execute(
-                        select(SeriesLatestRow.layer).where(
-                            SeriesLatestRow.run_id == run_id, SeriesLatestRow.name_id == nid, SeriesLatestRow.layer >= 0
-                        )
-                    ).scalars()
+                found = conn.execute(
+                    select(SeriesLatestRow.layer, SeriesLatestRow.step).where(
+                        SeriesLatestRow.run_id == run_id, SeriesLatestRow.name_id == nid, SeriesLatestRow.layer >= 0
+                    )
                 )
+                latest = {int(la): int(s) for la, s in found}
             base = {"run_id": run_id, "name_id": nid, "start": start or 0, "end": 2**62 if end is None else end}
-            ends = [e for e in (ds.step_range(conn, {**base, "layer": la}) for la in layers) if e is not None]
-            if not ends:
+            read = matrix.read(conn, base, latest, buckets)
+            if read is None:
                 return LayerMatrix(run_id, name, [], [], 1, [])
-            lo, hi = min(e[0][0] for e in ends), max(e[1][0] for e in ends)
-            w = -(-(hi - lo + 1) // buckets)
-            n = (hi - lo) // w + 1
-            matrix: list[list[float | None]] = []
-            for la in layers:
-                p = {**base, "layer": la}
-                row: list[float | None] = [None] * n
-                for b, slot in ds.bucket_extremes(conn, p, lo, hi, w, ("max",)).items():
-                    row[b] = from_sql_value(slot["max"][2])
-                for s, _t, v in ds.nonfinite(conn, p, lo, hi):
-                    b = (s - lo) // w
-                    cell = row[b]
-                    if v is None or cell is None or not math.isnan(cell):
-                        row[b] = math.nan if v is None else max(v, cell if cell is not None else -math.inf)
-                matrix.append(row)
-            return LayerMatrix(run_id, name, layers, [lo + i * w for i in range(n)], w, matrix)
+            lo, w, n, rows = read
+            return LayerMatrix(run_id, name, sorted(latest), [lo + i * w for i in range(n)], w, rows)
 
     def list_series(
         self, run_id: int, limit: int | None = None, after: tuple[str, int | None] | None = None
