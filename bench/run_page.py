@@ -20,7 +20,10 @@ notes the time (``performance.now()``: from navigation start).
 Printed: each open's time and its requests (the browser's Performance API resource timings: when
 each started, how long until its first byte, i.e. the server's time including any queueing, and
 until its end), so one sees which requests, how many, and whether they ran side by side or one
-after the other; then the table against the targets (issue 35: <= 2 s cold, <= 1 s warm).
+after the other; for the cold open the page's own files too (cache or server, and when the page's
+scripts could start); for the cold and the last warm open each Plotly call until every figure held
+data (the page's plotly.js is wrapped by the injected script: its figure, start, main-thread time),
+summed by kind of figure; then the table against the targets (issue 35: <= 2 s cold, <= 1 s warm).
 Exit 1 when a target is missed (``--quick`` never: it checks that the benchmark works).
 
     .venv/bin/python bench/run_page.py              # 64 layers x 16 heads x 1,000 steps (~1.5M points)
@@ -71,6 +74,23 @@ PER_LAYER = {
 
 ALL_DRAWN = """
 (() => {
+  /* each Plotly call's main-thread time per figure: plotly.js sets window.Plotly, wrapped here */
+  window.__hwDraws = [];
+  let plotly;
+  Object.defineProperty(window, "Plotly", { configurable: true, get: () => plotly, set: (v) => {
+    plotly = Object.create(v);
+    for (const fn of ["newPlot", "react", "relayout", "restyle"]) {
+      plotly[fn] = function (div, ...rest) {
+        const t0 = performance.now();
+        const out = v[fn].call(this, div, ...rest);
+        const sync = performance.now() - t0;
+        const id = typeof div === "string" ? div : div.id;
+        Promise.resolve(out).finally(() => window.__hwDraws.push({ id, fn, start: t0, sync,
+          done: performance.now() - t0 }));
+        return out;
+      };
+    }
+  } });
   const drawn = () => {
     const b = document.body;
     if (!b || b.dataset.ready !== "1") return false;
@@ -195,6 +215,45 @@ def print_requests(label: str, took: float, figures: int, timings: list[dict[str
               f"(sum / span = {total / busy if busy else 0:.1f} requests in flight on average)")  # fmt: skip
 
 
+def print_static(driver: Any) -> None:
+    """The page's own files (HTML, scripts, styles): when each started and ended, the server's time
+    (none when the browser's cache answered: transferred 0 B) and when the page's scripts could run."""
+    files = driver.execute_script(
+        "const n = performance.getEntriesByType('navigation')[0]; return [{name: '(the HTML)', start: 0,"
+        " request: n.requestStart, first: n.responseStart, end: n.responseEnd, sent: n.transferSize}].concat("
+        "performance.getEntriesByType('resource').filter((e) => e.initiatorType !== 'fetch').map((e) => ({"
+        "name: e.name.split('/').pop().slice(0, 40), start: e.startTime, request: e.requestStart,"
+        " first: e.responseStart, end: e.responseEnd, sent: e.transferSize}))).concat([{name: '(DOMContentLoaded)',"
+        " start: n.domContentLoadedEventStart, request: 0, first: 0, end: n.domContentLoadedEventEnd, sent: 0}])"
+    )
+    print(f"  {'page file':<42} {'start ms':>8} {'server ms':>9} {'end ms':>7} {'sent B':>8}")
+    for f in files:
+        server = float(f["first"]) - float(f["request"]) if float(f["request"]) > 0 else float("nan")
+        print(f"  {f['name']!s:<42} {float(f['start']):8.0f} {server:9.0f} {float(f['end']):7.0f} "
+              f"{int(f['sent'] or 0):8d}")  # fmt: skip
+
+
+def print_draws(driver: Any, until: float) -> None:
+    """Each Plotly call of the open (web/static/common.js HW.plot and the page's relayouts) until every
+    figure held data: its figure, when it started, its synchronous main-thread time and the time until
+    its promise settled; then the sums by kind of figure (``fig-``: a line, ``heat-``/``heads-``: heatmaps)."""
+    draws = driver.execute_script("return window.__hwDraws || []")
+    draws = [d for d in draws if float(d["start"]) <= until * 1000.0]
+    if not draws:
+        return
+    print(f"  {'Plotly call':<40} {'start ms':>8} {'main-thread ms':>14} {'settled ms':>10}")
+    for d in sorted(draws, key=lambda d: float(d["start"])):
+        print(f"  {d['fn'] + ' ' + str(d['id']):<40} {float(d['start']):8.0f} {float(d['sync']):14.1f} "
+              f"{float(d['done']):10.1f}")  # fmt: skip
+    kinds: dict[str, list[float]] = {}
+    for d in draws:
+        kind = str(d["id"]).split("-")[0] or "?"
+        kinds.setdefault(f"{d['fn']} {kind}", []).append(float(d["sync"]))
+    total = sum(sum(v) for v in kinds.values())
+    parts = ", ".join(f"{k}: {len(v)} x {sum(v) / len(v):.0f} = {sum(v):.0f}" for k, v in sorted(kinds.items()))
+    print(f"  Plotly main-thread time {total:.0f} ms ({parts})", flush=True)
+
+
 def measure(svc: Any, run_id: int, warm: int) -> tuple[float, list[float], float, int]:
     """(cold, warm opens, first visit, figures). Cold: the first open after the service restarted, in a
     browser that visited the service before (its static files cached, as for a returning user);
@@ -208,6 +267,8 @@ def measure(svc: Any, run_id: int, warm: int) -> tuple[float, list[float], float
         svc.start()
         cold, figures, timings = open_page(driver, url)
         print_requests("cold open", cold, figures, timings)
+        print_static(driver)
+        print_draws(driver, cold)
         times = []
         for i in range(warm):
             driver.get("about:blank")
@@ -215,6 +276,7 @@ def measure(svc: Any, run_id: int, warm: int) -> tuple[float, list[float], float
             times.append(took)
             if i == warm - 1:
                 print_requests(f"warm open {i + 1}", took, figures, timings)
+                print_draws(driver, took)
     svc.stop()
     svc.start()
     with chromium(1400, 1000) as driver:

@@ -22,7 +22,7 @@ from typing import Any
 
 from hyperwatch.monitor.read.lines import FINAL_ONLY, AggSeries, XAxis, XAxisError, x_values
 from hyperwatch.monitor.store.entities import Alert, LayerMatrix, Run
-from hyperwatch.web.layout import fit_y_margin
+from hyperwatch.web.layout import fit_y_margin, reserve_right
 from hyperwatch.web.scale import NONFINITE_COLOUR, esc, human_count
 
 __all__ = ["XAxis", "XAxisError", "x_values"]  # re-exported for the pages
@@ -143,10 +143,11 @@ def fix_flat_axis(layout: dict[str, Any], data: Sequence[dict[str, Any]], axis: 
         layout[axis]["autorange"] = False
 
 
-Y_TICKS = {"automargin": True, "ticklabelstandoff": 6}
-X_TICKS = {"automargin": True, "ticklabelstandoff": 3}
+Y_TICKS = {"automargin": True, "ticklabelstandoff": 6, "ticklabeloverflow": "allow"}
+X_TICKS = {"automargin": True, "ticklabelstandoff": 3, "ticklabeloverflow": "allow"}
 """Tick labels stand off their axis: at the corner the two axes share, y's first label ("0", "2")
-sat on x's first ("0", "0%", "100M")."""
+sat on x's first ("0", "0%", "100M"). "allow": automargin keeps every label inside the figure, and
+Plotly's default ("hide past div") measured every label of the axis again after placing each one."""
 
 
 def base_layout(title: str, x_title: str, y_title: str, height: int = 340) -> dict[str, Any]:
@@ -384,13 +385,13 @@ def run_line_figure(
     data.extend(marks)
     layout = ratio_axis(base_layout(esc(TITLES.get(name, name)), X_TITLES[x], esc(name), height=300), name)
     fix_flat_axis(layout, data)
-    fit_y_margin(layout, data)
+    room = reserve_right(fit_y_margin(layout, data), data)
     if ref_steps:
         # alerts in a strip of their own above the lines: on the value axis they hid its peak
         layout["yaxis"]["domain"] = [0.0, ALERT_STRIP[0] - 0.02]
         layout["yaxis3"] = {"domain": list(ALERT_STRIP), "range": [0, 1], "visible": False, "fixedrange": True}
     layout["uirevision"] = f"{name}:{x}"
-    return {"data": data, "layout": layout, "meta": {"name": name}}
+    return {"data": data, "layout": layout, "meta": {"name": name, "room_right": room}}
 
 
 ALERT_STRIP = (0.9, 1.0)
@@ -418,7 +419,8 @@ def heatmap_figure(run: Run, m: LayerMatrix, xs: Sequence[float | None], x: XAxi
     layout = base_layout(f"{esc(m.name)} per layer ({_bucket_words(m.bucket_width)})", X_TITLES[x], "layer", 300)
     layout.pop("yaxis2")
     layout["yaxis"].update(title={"text": "layer"}, dtick=1 if len(m.layers) <= 24 else None)
-    return {"data": data, "layout": layout, "meta": {"name": m.name, "layers": list(m.layers)}}
+    room = reserve_right(layout, data)
+    return {"data": data, "layout": layout, "meta": {"name": m.name, "layers": list(m.layers), "room_right": room}}
 
 
 def heatmap_traces(
@@ -444,7 +446,7 @@ def heatmap_traces(
             "y": list(ys),
             "z": z,
             "colorscale": "Viridis",
-            "colorbar": {"title": {"text": esc(name)}, "thickness": 12},
+            "colorbar": {"title": {"text": esc(name)}, "thickness": 12, "ticklabeloverflow": "allow"},
             "hovertemplate": hover + "<extra></extra>",
             "name": esc(name),
             **({"zmin": 0.0} if name in RATIOS else {}),

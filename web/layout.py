@@ -10,10 +10,18 @@ the labels were long (sweeps named by method). Here:
   toggle (log y) at the cost of a second layout pass; a right estimate costs none.
 - :func:`legend_below` puts a legend of long labels under the plot, across the figure's width, and
   makes the figure taller by the rows it may take, so the plot keeps its height.
+- :func:`reserve_right` widens the right margin to a legend or a colour bar at the plot's right
+  (and the bottom margin of a heatmap to its x labels): a margin they push out costs Plotly a second
+  layout pass of the whole figure (a 64-layer run page drew every heatmap twice, 70-190 ms each).
+  They sit at x = 1.02, so their margin grows with the plot's width: the figure's ``meta.room_right``
+  gives the browser their width alone and ``HW.plot`` (web/static/common.js) adds 2% of the plot's
+  width as drawn. An estimate too small only brings the second pass back; too large leaves a few
+  pixels blank.
 """
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -83,3 +91,53 @@ def legend_below(layout: dict[str, Any], data: Sequence[dict[str, Any]]) -> dict
     }
     layout["height"] = layout.get("height", 340) + LEGEND_ROW_PX * len(entries)
     return layout
+
+
+LEGEND_CHAR_PX = 6.6
+"""Width of one character of an 11 px legend label."""
+LEGEND_FIXED = 58
+"""The rest of a vertical legend's width: its symbol, the symbol's gap to the text and the padding."""
+COLORBAR_CHAR_PX = 7.2
+"""Width of one character of a colour bar's 12 px title (drawn above the bar: often its widest part)."""
+COLORBAR_FIXED = 44
+"""The rest of a colour bar's width beside its title: padding either side of it."""
+COLORBAR_TICKS_FIXED = 40
+"""A colour bar's width beside its tick labels: the bar (12 px), its padding and the labels' standoff."""
+HEATMAP_BOTTOM = 56
+"""A heatmap's bottom margin: its x tick labels and title sit lower than a line chart's (52 px measured)."""
+PAPER_GAP = 0.02
+"""Legends and colour bars sit at x = 1.02: 2% of the plot's width between it and them (HW.plot's GAP)."""
+PLOT_PX = 900
+"""The plot width the margin the server sends assumes (a half-width panel at 1920 px); HW.plot sizes it
+to the width drawn."""
+
+
+def _chars(text: str) -> int:
+    """Characters of a label as drawn (the escaped HTML Plotly gets, read back to its text)."""
+    return len(html.unescape(text))
+
+
+def reserve_right(layout: dict[str, Any], data: Sequence[dict[str, Any]]) -> int:
+    """Room at the right for the vertical legend Plotly draws (two or more legend entries) and for
+    each heatmap's colour bar, and at the bottom for a heatmap's x labels, so automargin pushes
+    nothing out and Plotly lays the figure out once. Returns the px the legend or colour bar takes
+    right of the plot's gap (0: none), for the figure's ``meta.room_right``."""
+    margin = layout["margin"]
+    room = 0.0
+    legend = layout.get("legend") or {}
+    entries = [t for t in data if t.get("showlegend", True) is not False and t.get("type") != "heatmap"]
+    shown = layout.get("showlegend")
+    if shown is not False and legend.get("orientation") != "h" and (len(entries) >= 2 or shown is True):
+        room = LEGEND_FIXED + LEGEND_CHAR_PX * max((_chars(str(t.get("name", ""))) for t in entries), default=0)
+    for t in data:
+        if t.get("type") != "heatmap" or t.get("showscale") is False:
+            continue
+        title = str(((t.get("colorbar") or {}).get("title") or {}).get("text", ""))
+        z = [v for row in t.get("z") or [] for v in row]
+        zs = z + [t[k] for k in ("zmin", "zmax") if t.get(k) is not None]
+        ticks = COLORBAR_TICKS_FIXED + CHAR_PX * tick_label_chars(zs)
+        room = max(room, ticks, COLORBAR_FIXED + COLORBAR_CHAR_PX * _chars(title))
+        margin["b"] = max(margin["b"], HEATMAP_BOTTOM)
+    if room:
+        margin["r"] = max(margin["r"], round(room + PAPER_GAP * PLOT_PX))
+    return math.ceil(room)

@@ -89,9 +89,22 @@ const HW = (() => {
 
   const PLOT_CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"] };
 
+  const GAP = 0.02; // legends and colour bars sit at x = 1.02 (web/layout.py PAPER_GAP)
+
+  /* The right margin a legend or colour bar of room px needs at this div's width: Plotly puts it 2% of
+     the plot's width right of the plot, and would push a narrower margin out by a second layout pass. */
+  function fitRight(div, fig) {
+    const room = fig.meta && fig.meta.room_right, margin = fig.layout.margin;
+    if (!room || !margin || fig.layout.width) return;
+    const width = parseFloat(getComputedStyle(div).width); // what Plotly reads for its width
+    if (!(width > 0)) return;
+    margin.r = Math.max(20, Math.ceil((room + GAP * (width - margin.l)) / (1 + GAP)) + 1);
+  }
+
   /* Draw a figure ({data, layout}) into div; keeps the raw y of smoothable traces for the EMA. */
   async function plot(div, fig) {
     div._raw = fig.data.map((t) => (t.meta && t.meta.smooth ? t.y.slice() : null));
+    fitRight(div, fig);
     await Plotly.react(div, fig.data, fig.layout, Object.assign({}, PLOT_CONFIG, fig.config || {}));
     div.classList.add("drawn");
     return div;
