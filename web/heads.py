@@ -12,6 +12,7 @@ from typing import Any
 
 from hyperwatch.monitor.read.reader import HeadMatrix
 from hyperwatch.web.figures import base_layout, heatmap_traces, note
+from hyperwatch.web.layout import reserve_right
 from hyperwatch.web.scale import esc
 
 
@@ -29,4 +30,6 @@ def heads_figure(m: HeadMatrix, limit: float | None = None) -> dict[str, Any]:
     layout.pop("yaxis2")
     layout["xaxis"].update(dtick=1 if len(m.heads) <= 32 else None)
     layout["yaxis"].update(dtick=1 if len(m.layers) <= 24 else None)
-    return {"data": data, "layout": layout, "meta": {"name": m.name, "step": m.step, "heads": list(m.heads)}}
+    room = reserve_right(layout, data)  # the colour bar's room: laid out once (web/layout.py)
+    meta = {"name": m.name, "step": m.step, "heads": list(m.heads), "room_right": room}
+    return {"data": data, "layout": layout, "meta": meta}
