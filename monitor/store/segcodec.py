@@ -105,19 +105,22 @@ def span(blob: bytes) -> int:
     return int(_HEAD.unpack_from(blob, 0)[2])
 
 
-def decode(base: int, blob: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(steps, tokens with NULL_INT for none, values with NaN) of a version-2 blob whose first step is ``base``."""
+def _steps(base: int, blob: bytes) -> tuple[int, int, np.ndarray, int]:
+    """(flags, points, steps as int64, offset of the tokens' part) of a version-2 blob."""
     ver, flags, _span, n = _HEAD.unpack_from(blob, 0)
     if ver != VERSION:
         raise ValueError(f"metric_chunks.data: not a segment (format version {ver})")
     pos = _HEAD.size
     if flags & REGULAR:
         first, stride = _PAIR32.unpack_from(blob, pos)
-        pos += _PAIR32.size
-        steps = base + first + stride * np.arange(n, dtype=np.int64)
-    else:
-        raw, pos = _take(blob, pos)
-        steps = base + pco.simple_decompress(raw)
+        return flags, n, base + first + stride * np.arange(n, dtype=np.int64), pos + _PAIR32.size
+    raw, pos = _take(blob, pos)
+    return flags, n, base + pco.simple_decompress(raw).astype(np.int64), pos
+
+
+def decode(base: int, blob: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, tokens with NULL_INT for none, values with NaN) of a version-2 blob whose first step is ``base``."""
+    flags, n, steps, pos = _steps(base, blob)
     if flags & TOK_NONE:
         tokens = np.full(n, NULL_INT, dtype=np.int64)
     elif flags & TOK_LINEAR:
@@ -141,17 +144,7 @@ def decode(base: int, blob: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def decode_steps_values(base: int, blob: bytes) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values with NaN) of a version-2 blob, its tokens skipped (not decompressed): what the
     readers of values alone need (:mod:`monitor.store.matrix`)."""
-    ver, flags, _span, n = _HEAD.unpack_from(blob, 0)
-    if ver != VERSION:
-        raise ValueError(f"metric_chunks.data: not a segment (format version {ver})")
-    pos = _HEAD.size
-    if flags & REGULAR:
-        first, stride = _PAIR32.unpack_from(blob, pos)
-        pos += _PAIR32.size
-        steps = base + first + stride * np.arange(n, dtype=np.int64)
-    else:
-        raw, pos = _take(blob, pos)
-        steps = base + pco.simple_decompress(raw).astype(np.int64)
+    flags, n, steps, pos = _steps(base, blob)
     if flags & TOK_LINEAR:
         pos += _LINEAR.size
     elif not flags & TOK_NONE:
