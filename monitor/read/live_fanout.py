@@ -147,19 +147,18 @@ class Fanout:
             self.snapshots[key] = snap
         return snap
 
-    def part(self, snap: _Snapshot, run: Run, page: Watch) -> Awaitable[tuple[dict[str, Any], bytes]]:
+    async def part(self, snap: _Snapshot, run: Run, page: Watch) -> tuple[dict[str, Any], bytes]:
         """``run``'s state in ``page``'s answer and its JSON, computed once per snapshot and question."""
         cursor = page.cursors[run.id]
         if run.last_step is None or run.last_step <= cursor.step:  # no new point: nothing is read
             state = _delta(page, run, cursor)
-            done: asyncio.Future[tuple[dict[str, Any], bytes]] = asyncio.get_running_loop().create_future()
-            done.set_result((state, to_json(state)))
-            return done
+            return state, to_json(state)
         key = (run.id, page.question(cursor))
         found = snap.parts.get(key)
         if found is None:
             found = snap.parts[key] = self._run_in_pool(lambda: _encoded(_delta(page, run, cursor)))
-        return asyncio.shield(found)
+        got: tuple[dict[str, Any], bytes] = await shared(found)
+        return got
 
 
 def _delta(page: Watch, run: Run, cursor: Cursor) -> dict[str, Any]:
@@ -196,9 +195,18 @@ async def _runs(fan: Fanout, page: Watch) -> list[tuple[Run, _Snapshot]]:
         known = fan.snapshots.get(key)
         ids = [r.id for r in known.runs.result()] if known is not None and _ok(known.runs) else []
         snap = fan.snapshot(key, ids, lambda: page.read.group(gid)[1][:MAX_GROUP_RUNS])
-        return [(run, snap) for run in await asyncio.shield(snap.runs)]
+        return [(run, snap) for run in await shared(snap.runs)]
     snaps = [fan.snapshot(("run", rid), [rid], _one_run(page.read, rid)) for rid in page.cursors]
-    return [(run, snap) for snap in snaps for run in await asyncio.shield(snap.runs)]
+    return [(run, snap) for snap in snaps for run in await shared(snap.runs)]
+
+
+async def shared(fut: asyncio.Future[Any]) -> Any:
+    """The result of a future many watchers share: at once when it is done (the watchers that wake
+    after the one read finished), else awaited through :func:`asyncio.shield`, so a watcher that goes
+    away never cancels the others' read."""
+    if fut.done():
+        return fut.result()
+    return await asyncio.shield(fut)
 
 
 def _one_run(read: Reader, run_id: int) -> Callable[[], list[Run]]:
