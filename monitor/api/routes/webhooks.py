@@ -35,7 +35,7 @@ from hyperwatch.monitor.store.webhooks import Webhook
 router = APIRouter(tags=["webhooks"])  # reads: the read token (URLs masked); changes and test sends: the write token
 
 MAX_URL_CHARS = 2000
-EXAMPLE_URL = "https://hooks.slack.com/services/T000/B000/XXXX"
+EXAMPLE_URL = "https://hooks.slack.com/services/T0123ABCD/B0123ABCD/your-webhook-secret"
 
 
 def _webhook_url(value: Any) -> Any:
