@@ -45,6 +45,11 @@ def _confirm(driver: Any, button: str, name: str | None = None, token: str | Non
     driver.execute_script("document.getElementById('run-action-confirm').click()")
 
 
+def _closed(d: Any) -> bool:
+    # the service commits before the page hears back: wait for the dialog the page closes on its answer
+    return bool(d.execute_script("return !document.getElementById('run-action-dialog').open"))
+
+
 def test_archive_unarchive_and_delete_from_the_run_page(svc: Live, browser: Any, artifacts: Path) -> None:
     c = httpx.Client(base_url=svc.base, headers={"Authorization": f"Bearer {WRITE_TOKEN}"}, timeout=30)
     keep, scratch = _run(c, "keep"), _run(c, "scratch")
@@ -59,6 +64,7 @@ def test_archive_unarchive_and_delete_from_the_run_page(svc: Live, browser: Any,
     _confirm(browser, "run-archive", token=WRITE_TOKEN)
     wait_for(browser, lambda _d: c.get(f"/api/v1/runs/{scratch}").json()["archived"], 10)
     wait_for(browser, _visible("#run-archived-note"), 10)
+    wait_for(browser, _closed, 10)
     assert browser.find_element("id", "run-archive").text == "Unarchive"
     assert [r["name"] for r in c.get("/api/v1/runs").json()] == ["keep"]
     screenshot(browser, artifacts / "run_archived.png")
@@ -66,6 +72,8 @@ def test_archive_unarchive_and_delete_from_the_run_page(svc: Live, browser: Any,
     # the write token is asked once per page; unarchive needs no other input
     _confirm(browser, "run-archive")
     wait_for(browser, lambda _d: not c.get(f"/api/v1/runs/{scratch}").json()["archived"], 10)
+    wait_for(browser, _closed, 10)
+    wait_for(browser, lambda d: d.find_element("id", "run-archive").text == "Archive", 10)
     assert [r["name"] for r in c.get("/api/v1/runs").json()] == ["keep", "scratch"]
 
     # delete: the dialog stays open until the run's name is typed

@@ -78,8 +78,13 @@
     });
   }
 
+  let busy = false; // one dialog at a time: a click that lands while an answer is awaited is ignored
+
   async function act(action) {
-    const result = await ask(action);
+    if (busy || dialog.open) return;
+    busy = true;
+    let result;
+    try { result = await ask(action); } finally { busy = false; }
     if (result === "deleted") {
       HW.status(`Run ${run.project}/${run.name} deleted.`);
       location.assign("/runs");
