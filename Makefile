@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/hooks_overhead.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/storage.py
+	$(BIN)/python bench/storage_parts.py
 	$(BIN)/python bench/migration.py
 	$(BIN)/python bench/dashboard.py
 	$(BIN)/python bench/live.py

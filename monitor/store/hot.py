@@ -17,6 +17,15 @@ would take a lock that stalls every writer of the table for a moment.
 VACUUM (not FULL) takes a lock that never blocks reads or writes; it runs outside any transaction,
 on its own pooled connection; one runs at a time. A failed one is logged and retried next time.
 SQLite needs none of this: deleted pages go to its freelist and are reused by the next inserts.
+
+``metric_chunks`` churns too: the 16-step chunks of a series' open range live there until the next
+pack (every ``PACK_STEPS``) folds them into its segment row and deletes them, and each pack rewrites
+the partial segment (TOAST chunks and all). Left to autovacuum, a 2,000-step run of issue 36's
+workload left the table at 20 B/pt, 4x its live bytes (heap 9.0 B/pt of which 8.9 free, index 4.0,
+TOAST 5.8 of which 1.2 free: ``bench/storage_parts.py``). So every ``CHUNKS_EVERY``-th vacuum also
+vacuums ``metric_chunks``, about once per pack round of a run logging every series at every step:
+its dead chunk rows' heap, TOAST and index space is then reused by the next round's chunks. Its
+index vacuum reads the whole index, hence the lower rhythm.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from sqlalchemy.engine import Engine
 log = logging.getLogger(__name__)
 VACUUM_AFTER_ROWS = 16_384
 HOT_TABLES = "metric_points, point_batches, series_latest"
+CHUNKS_EVERY = 8  # 8 x 16,384 rows moved: one pack round (256 steps) of 512 series
 
 
 class HotVacuum:
@@ -39,6 +49,7 @@ class HotVacuum:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.runs = 0  # vacuums completed (for tests and the benchmark)
+        self._started = 0
 
     def moved(self, rows: int) -> None:
         """Count ``rows`` moved out of ``metric_points`` by a committed transaction; vacuum when due."""
@@ -49,15 +60,16 @@ class HotVacuum:
             if self._pending < self._after or (self._thread is not None and self._thread.is_alive()):
                 return
             self._pending = 0
-            self._thread = threading.Thread(target=self._vacuum, name="hyperwatch-vacuum", daemon=True)
+            self._started += 1
+            tables = HOT_TABLES + (", metric_chunks" if self._started % CHUNKS_EVERY == 0 else "")
+            self._thread = threading.Thread(target=self._vacuum, args=(tables,), name="hyperwatch-vacuum", daemon=True)
             self._thread.start()
 
-    def _vacuum(self) -> None:
+    def _vacuum(self, tables: str) -> None:
         try:
             with self._engine.connect() as conn:
-                conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
-                    f"VACUUM (TRUNCATE false) {HOT_TABLES}"
-                )
+                auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+                auto.exec_driver_sql(f"VACUUM (TRUNCATE false) {tables}")
             self.runs += 1
         except Exception as exc:  # a background chore: never fatal, retried at the next threshold
             log.warning("VACUUM of the hot tables failed (%s: %s); retried later", type(exc).__name__, exc)

@@ -19,3 +19,15 @@ def test_storage_bench_quick_is_lossless() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     table = [line for line in done.stdout.splitlines() if line.startswith(("| workload", "| fixture"))]
     assert len(table) == 4 and all(line.endswith("| True |") for line in table), done.stdout
+
+
+def test_storage_parts_quick_names_where_the_bytes_go() -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "storage_parts.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {line.split("|")[1].strip() for line in done.stdout.splitlines() if line.startswith("| ")}
+    assert {"metric_chunks", "metric_chunks (indexes)", "<free pages>", "**all**"} <= rows, done.stdout

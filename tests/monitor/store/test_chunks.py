@@ -13,6 +13,7 @@ import math
 import random
 import struct
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -22,7 +23,7 @@ from sqlalchemy import event, text
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import SqlStore, chunks
 from hyperwatch.monitor.store.compact import boundary
-from hyperwatch.monitor.store.hot import HotVacuum
+from hyperwatch.monitor.store.hot import CHUNKS_EVERY, HotVacuum
 from hyperwatch.monitor.store.models import CHUNK_STEPS, hot_relation
 
 W = CHUNK_STEPS
@@ -200,6 +201,27 @@ def test_hot_table_is_vacuumed_on_postgresql(store: SqlStore) -> None:
         store.ingest(run.id, uuid.uuid4().hex, pts)
     store.hot_vacuum.wait()
     assert store.hot_vacuum.runs == (1 if store.engine.dialect.name == "postgresql" else 0)
+
+
+def test_chunk_table_is_vacuumed_every_few_hot_vacuums(pg_store: SqlStore) -> None:
+    """Every CHUNKS_EVERY-th vacuum also takes ``metric_chunks`` (its packed chunks' space reused)."""
+
+    def vacuums(table: str) -> int:
+        with pg_store.engine.connect() as conn:
+            q = text("SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = :t")
+            return int(conn.execute(q, {"t": table}).scalar_one())
+
+    before = {t: vacuums(t) for t in ("metric_chunks", "point_batches")}
+    hv = pg_store.hot_vacuum = HotVacuum(pg_store.engine, after_rows=1)
+    for _ in range(2 * CHUNKS_EVERY):
+        hv.moved(1)
+        hv.wait()
+    assert hv.runs == 2 * CHUNKS_EVERY
+    deadline = time.monotonic() + 10
+    while vacuums("point_batches") - before["point_batches"] < 2 * CHUNKS_EVERY and time.monotonic() < deadline:
+        time.sleep(0.1)  # statistics reach the view shortly after the vacuum
+    assert vacuums("point_batches") - before["point_batches"] == 2 * CHUNKS_EVERY
+    assert vacuums("metric_chunks") - before["metric_chunks"] == 2
 
 
 def test_sqlite_packs_sealed_points_too(sqlite_store: SqlStore) -> None:
