@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import event, text
 
 from hyperwatch.hooks.schema import Point
-from hyperwatch.monitor.store import SqlStore, chunks
+from hyperwatch.monitor.store import SqlStore, chunks, points, segments
 from hyperwatch.monitor.store.compact import boundary
 from hyperwatch.monitor.store.hot import CHUNKS_EVERY, HotVacuum
 from hyperwatch.monitor.store.models import CHUNK_STEPS, hot_relation
@@ -127,7 +127,7 @@ def test_hot_rows_and_chunks_split_at_the_boundary(pg_store: SqlStore) -> None:
         ).all()
         n_chunks = conn.execute(text("SELECT count(*) FROM metric_chunks WHERE run_id = :r"), {"r": run_id}).scalar()
         every = chunks.all_points(conn, run_id)
-    assert n_chunks and n_chunks > 20 and hot  # both tables in use
+    assert n_chunks and n_chunks > 5 and hot  # both tables in use
     assert all(s >= boundary(latest[(n, la)]) for n, la, s in hot)  # hot: only past the sealed boundary
     hot_keys = {(n, la, s) for n, la, s in hot}
     chunked = [p for p in every if p[1:4] not in hot_keys]
@@ -171,7 +171,14 @@ def test_every_read_sees_hot_and_chunked_points_alike(store: SqlStore, seed: int
                 assert s in got and (math.isnan(got[s]) if math.isnan(v) else got[s] == v)
 
 
-def test_late_write_rewrites_its_chunk_in_place(pg_store: SqlStore) -> None:
+def _pack_every(monkeypatch: pytest.MonkeyPatch, steps: int) -> None:
+    """Pack the open range every ``steps`` (tests of the 16-step chunks keep 100 steps out of a segment)."""
+    monkeypatch.setattr(points, "PACK_STEPS", steps)
+    monkeypatch.setattr(segments, "PACK_STEPS", steps)
+
+
+def test_late_write_rewrites_its_chunk_in_place(pg_store: SqlStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    _pack_every(monkeypatch, 256)
     store = pg_store
     run, _ = store.upsert_run("default", "late", {})
     store.ingest(run.id, uuid.uuid4().hex, [Point("loss", s, float(s), tokens=s) for s in range(100)])
@@ -224,14 +231,25 @@ def test_chunk_table_is_vacuumed_every_few_hot_vacuums(pg_store: SqlStore) -> No
     assert vacuums("metric_chunks") - before["metric_chunks"] == 2
 
 
-def test_sqlite_packs_sealed_points_too(sqlite_store: SqlStore) -> None:
-    """Since revision 0006 (see store.compact): 100 steps are 6 chunks and 4 hot rows."""
+def test_sqlite_packs_sealed_points_too(sqlite_store: SqlStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Since revision 0006 (see store.compact): 100 steps are 6 chunks and 4 hot rows (no pack before
+    step 256); packed every 64 steps, a segment row (chunks 0-3) and chunks 4 and 5."""
+    _pack_every(monkeypatch, 256)
     run, _ = sqlite_store.upsert_run("default", "rows", {})
     for step in range(100):  # one step per batch: the hot rows move into a chunk at every 16th
         sqlite_store.ingest(run.id, uuid.uuid4().hex, [Point("loss", step, float(step))])
     with sqlite_store.engine.connect() as conn:
         assert conn.execute(text("SELECT step FROM metric_points")).scalars().all() == [96, 97, 98, 99]
         assert conn.execute(text("SELECT chunk FROM metric_chunks ORDER BY chunk")).scalars().all() == list(range(6))
+    got = sqlite_store.series(run.id, "loss", None, 1000, None, None).points
+    assert [(p.step, p.value) for p in got] == [(s, float(s)) for s in range(100)]
+    _pack_every(monkeypatch, 64)
+    run, _ = sqlite_store.upsert_run("default", "packed", {})
+    for step in range(100):
+        sqlite_store.ingest(run.id, uuid.uuid4().hex, [Point("loss", step, float(step))])
+    with sqlite_store.engine.connect() as conn:
+        q = text("SELECT chunk FROM metric_chunks WHERE run_id = :r ORDER BY chunk")
+        assert conn.execute(q, {"r": run.id}).scalars().all() == [0, 4, 5]
     got = sqlite_store.series(run.id, "loss", None, 1000, None, None).points
     assert [(p.step, p.value) for p in got] == [(s, float(s)) for s in range(100)]
 
