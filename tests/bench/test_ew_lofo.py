@@ -295,3 +295,20 @@ def test_learning_silences_a_hot_familys_later_runs_not_its_first(
     assert "thresholds growth_factor 5 (no search)" in capsys.readouterr().out  # the given 50 wins over the base 80
     assert "a multiple above 0" in _fails(capsys, str(recorded), "--learn", "0")
     assert "not JSON" in _fails(capsys, str(recorded), "--base", "{")
+
+
+def test_explain_names_the_rule_of_each_false_alarm_and_miss(
+    recorded: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ew_explain
+
+    assert ew_explain.main([str(recorded), "--no-learn", "--thresholds", '{"attention_lse_max_limit": 50}']) == 0
+    text = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in text.splitlines() if line and not line.startswith(" ")}
+    assert "FALSE ALARM" in lines["hot-best-s0"] and "FALSE ALARM" in lines["hot-lr_x0.5-s0"]
+    assert "MISSED" in lines["cold-lr_x16-s0"] and "MISSED" not in lines["mid-lr_x16-s0"]
+    assert re.search(r"\n +0 logit_ceiling +critical +attention_lse_max\[0\] = 60\n", text)
+    assert text.rstrip().endswith("false alarms 3, pre-fault 0, missed 1")
+    # learning: hot's lr_x0.5 run is judged at 2 x its best runs' peak (120), the best runs as first runs
+    assert ew_explain.main([str(recorded), "--thresholds", '{"attention_lse_max_limit": 50}']) == 0
+    assert capsys.readouterr().out.rstrip().endswith("false alarms 2, pre-fault 0, missed 1")
