@@ -41,6 +41,12 @@ BUSY_ATTEMPTS = 3
 _BUSY_MARKERS = ("database is locked", "database is busy", "deadlock detected", "could not serialize access")
 # SQLite's SQLITE_FULL; PostgreSQL's disk_full (53100) and the OS's ENOSPC in its message.
 _FULL_MARKERS = ("database or disk is full", "no space left on device", "disk full")
+SQLITE_PAGE_SIZE = 1024
+"""The page size of a new SQLite file (an existing one keeps its own; ``VACUUM`` in rollback-journal
+mode would convert it). A segment row (2.5-6.5 KB, issue 36) keeps at most ~1,000 bytes in its leaf
+of the ``WITHOUT ROWID`` table and spills the rest into overflow pages, the last one partly empty:
+with 4 KB pages that slack was 2.2 B/pt on issue 36's workload (of 7.0), with 1 KB pages 0.5
+(``bench/storage_parts.py``). 1,024 was SQLite's own default until 3.12."""
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -65,6 +71,7 @@ def make_engine(url: str, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Engine:
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
     dbapi_conn.isolation_level = None  # the driver's own implicit BEGIN off: _sqlite_begin emits it
     cur = dbapi_conn.cursor()
+    cur.execute(f"PRAGMA page_size={SQLITE_PAGE_SIZE}")  # a new file only: before WAL writes its header
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
