@@ -23,7 +23,7 @@ def _db(args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
-def _old_file(path: Path) -> list[tuple[int, float]]:
+def old_sqlite_file(path: Path) -> list[tuple[int, float]]:
     """A store in a file made with 4 KB pages, as before SQLITE_PAGE_SIZE; the points it holds."""
     con = sqlite3.connect(path)
     con.execute("PRAGMA page_size=4096")
@@ -41,7 +41,7 @@ def _old_file(path: Path) -> list[tuple[int, float]]:
     return list(enumerate(values))
 
 
-def _points(path: Path) -> list[tuple[int, float]]:
+def read_back(path: Path) -> list[tuple[int, float]]:
     store = SqlStore(f"sqlite:///{path}")
     run = next(r for r in store.list_runs() if r.name == "old")
     got = [(p.step, p.value) for p in store.series(run.id, "attention_z", 3, 10**6, None, None).points]
@@ -49,13 +49,13 @@ def _points(path: Path) -> list[tuple[int, float]]:
     return got
 
 
-def _same(a: list[tuple[int, float]], b: list[tuple[int, float]]) -> bool:
+def same_points(a: list[tuple[int, float]], b: list[tuple[int, float]]) -> bool:
     return len(a) == len(b) and all(
         x[0] == y[0] and (x[1] == y[1] or (math.isnan(x[1]) and math.isnan(y[1]))) for x, y in zip(a, b)
     )
 
 
-def _page_size(path: Path) -> int:
+def page_size(path: Path) -> int:
     con = sqlite3.connect(path)
     try:
         return int(con.execute("PRAGMA page_size").fetchone()[0])
@@ -63,17 +63,17 @@ def _page_size(path: Path) -> int:
         con.close()
 
 
-def test_compact_rewrites_an_old_file_at_the_store_page_size(tmp_path: Path) -> None:
+def test_compact_rewrites_an_old_file_at_the_storepage_size(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
-    sent = _old_file(path)
+    sent = old_sqlite_file(path)
     wal = path.with_name("old.db-wal")
     before = path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
-    assert _page_size(path) == 4096
+    assert page_size(path) == 4096
     done = _db(["compact", "--db", f"sqlite:///{path}"])
     assert done.returncode == 0, done.stderr
     assert f"page size 4096 -> {SQLITE_PAGE_SIZE}" in done.stdout
-    assert _page_size(path) == SQLITE_PAGE_SIZE and path.stat().st_size < before
-    assert _same(_points(path), sent)
+    assert page_size(path) == SQLITE_PAGE_SIZE and path.stat().st_size < before
+    assert same_points(read_back(path), sent)
     con = sqlite3.connect(path)
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     con.close()
@@ -81,7 +81,7 @@ def test_compact_rewrites_an_old_file_at_the_store_page_size(tmp_path: Path) -> 
 
 def test_compact_leaves_a_file_in_use_untouched(tmp_path: Path) -> None:
     path = tmp_path / "busy.db"
-    sent = _old_file(path)
+    sent = old_sqlite_file(path)
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN")
     holder.execute("SELECT count(*) FROM metric_chunks").fetchone()  # a reader holds the file
@@ -92,7 +92,7 @@ def test_compact_leaves_a_file_in_use_untouched(tmp_path: Path) -> None:
         holder.close()
     assert done.returncode == 1
     assert "in use" in done.stderr and "stop the service" in done.stderr and "nothing was changed" in done.stderr
-    assert _page_size(path) == 4096 and _same(_points(path), sent)
+    assert page_size(path) == 4096 and same_points(read_back(path), sent)
 
 
 def test_compact_refuses_postgresql_and_a_missing_file(tmp_path: Path, pg_url: str) -> None:

@@ -200,33 +200,13 @@ def test_0014_locks_before_its_first_read(sqlite_url: str) -> None:
 def test_a_new_sqlite_file_gets_small_pages_and_an_old_one_keeps_its_own(tmp_path: Any) -> None:
     """SQLITE_PAGE_SIZE applies to new files (segments spill less: engine.py); a file made with 4 KB
     pages before it keeps them, and every point written to it reads back."""
-    import sqlite3
-
     from hyperwatch.monitor.store.engine import SQLITE_PAGE_SIZE
+    from tests.monitor.cli.test_db_compact import old_sqlite_file, page_size, read_back, same_points
 
     new = SqlStore(f"sqlite:///{tmp_path}/new.db")
     migrate.upgrade(new.engine)
     new.close()
-    old_path = tmp_path / "old.db"
-    con = sqlite3.connect(old_path)
-    con.execute("PRAGMA page_size=4096")
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute("CREATE TABLE made_before (x INTEGER)")
-    con.close()
-    old = SqlStore(f"sqlite:///{old_path}")
-    migrate.upgrade(old.engine)
-    run, _ = old.upsert_run("default", "old", {})
-    old.ingest(run.id, uuid.uuid4().hex, [Point("loss", s, 1.0 / (s + 1)) for s in range(1100)])
-    got = [(p.step, p.value) for p in old.series(run.id, "loss", None, 10**6, None, None).points]
-    old.close()
-    assert got == [(s, 1.0 / (s + 1)) for s in range(1100)]
-
-    def page_size(path: Any) -> int:
-        con = sqlite3.connect(path)
-        try:
-            return int(con.execute("PRAGMA page_size").fetchone()[0])
-        finally:
-            con.close()
-
+    sent = old_sqlite_file(tmp_path / "old.db")
+    assert same_points(read_back(tmp_path / "old.db"), sent)
     assert SQLITE_PAGE_SIZE == 1024 and page_size(tmp_path / "new.db") == 1024
-    assert page_size(old_path) == 4096
+    assert page_size(tmp_path / "old.db") == 4096
