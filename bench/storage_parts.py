@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         print("| table / index | B/pt | payload B/pt | unused in its pages B/pt |\n|---|---|---|---|")
         parts = sqlite_parts(url.removeprefix("sqlite:///"))
         for name, size, payload, unused in parts:
-            if size >= n // 100:
+            if size >= n // 100 or name == "<free pages>":
                 print(f"| {name} | {size / n:.3f} | {payload / n:.3f} | {unused / n:.3f} |")
         print(f"| **all** | {sum(p[1] for p in parts) / n:.3f} | | |")
     if args.no_pg:
