@@ -58,6 +58,17 @@ def rows_of(series: list[dict]) -> list[tuple[str, int | None, int, float]]:
     return out
 
 
+def runs_of(series: list[dict], title: str) -> dict[str, list[tuple[str, int | None, int, float]]]:
+    """The rows of each run the series belong to (their ``run`` label): ``{title: rows}`` for series
+    without one (the synthetic workload), else ``{title-0: rows, title-1: ...}``."""
+    by_run: dict[str | None, list[dict]] = {}
+    for s in series:
+        by_run.setdefault(s["labels"].get("run"), []).append(s)
+    if list(by_run) == [None]:
+        return {title: rows_of(series)}
+    return {f"{title}-{i}": rows_of(group) for i, group in enumerate(by_run.values())}
+
+
 def _layer(text: str) -> int | None:
     return None if text == "None" else int(text)
 
@@ -115,7 +126,7 @@ def database(pg: bool, work: Path, label: str) -> tuple[str, object]:
     return f"sqlite:///{work}/{label}.db", None
 
 
-def free(url: str, _size: int = 0) -> int:
+def free(url: str) -> int:
     """SQLite: the bytes of its free pages (left by packing, reused by later writes; 0 on PostgreSQL,
     whose VACUUM keeps the space in the tables, counted)."""
     if not url.startswith("sqlite"):
@@ -142,7 +153,7 @@ def bytes_figures(title: str, runs: dict, samples: int, tsdb_bpp: float, pg: boo
         ingest.fresh(url)
         empty = in_use(url)
         rate, running, _ = post(url, runs)
-        running, finished = running - free(url, running), in_use(url)
+        running, finished = running - free(url), in_use(url)
         ok = lossless(url, runs)
         first_whole = ingest.bytes_on_disk(url)
         again = {f"{name}-again": data for name, data in runs.items()}
@@ -219,13 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             samples = sum(len(s["values"]) for s in series)
             (work / f"tsdb-{title}").mkdir()
             tsdb_bpp = tsdb(series, promtool, work / f"tsdb-{title}")["chunks_index"] if promtool else math.nan
-            if title == "workload":
-                runs = {"workload": rows_of(series)}
-            else:
-                by_run: dict[str, list[dict]] = {}
-                for s in series:
-                    by_run.setdefault(s["labels"]["run"], []).append(s)
-                runs = {f"fixture-{i}": rows_of(group) for i, group in enumerate(by_run.values())}
+            runs = runs_of(series, title)
             for pg in dbs:
                 out.append(bytes_figures(title, runs, samples, tsdb_bpp, pg, work))
                 print(f"  {title} on {out[-1]['db']}: {out[-1]['bpp']:.2f} B/pt", flush=True)

@@ -23,22 +23,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sqlalchemy import create_engine, text
 
 from bench import ingest
-from bench.storage import FIXTURE, post, rows_of
+from bench.storage import FIXTURE, free, post, runs_of
 from bench.storage_codecs import fixture, synthetic
 
 _TABLES = "SELECT c.oid, c.relname, c.reltoastrelid FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid"
 
 
-def sqlite_parts(path: str) -> list[tuple[str, int, int, int]]:
+def sqlite_parts(url: str) -> list[tuple[str, int, int, int]]:
     """(table or index, bytes in pages, payload bytes, unused bytes) and ('<free pages>', bytes, 0, 0)."""
-    con = sqlite3.connect(path)
+    con = sqlite3.connect(url.removeprefix("sqlite:///"))
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     rows = con.execute(
         "SELECT name, sum(pgsize), sum(payload), sum(unused) FROM dbstat GROUP BY name ORDER BY 2 DESC"
     ).fetchall()
-    free = con.execute("PRAGMA freelist_count").fetchone()[0] * con.execute("PRAGMA page_size").fetchone()[0]
     con.close()
-    return [(str(n), int(a), int(b), int(c)) for n, a, b, c in rows] + [("<free pages>", int(free), 0, 0)]
+    return [(str(n), int(a), int(b), int(c)) for n, a, b, c in rows] + [("<free pages>", free(url), 0, 0)]
 
 
 def pg_parts(url: str) -> list[tuple[str, int, int, int, int]]:
@@ -79,17 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     ind, layers, steps = (2, 4, 1100) if args.quick else (8, 64, 2000)
     series = fixture(FIXTURE) if args.fixture else synthetic(36, ind, layers, steps, 1, 0.02, 0.02)
     n = sum(len(s["values"]) for s in series)
-    by_run: dict[str, list[dict]] = {}
-    for s in series:
-        by_run.setdefault(s["labels"].get("run", "workload"), []).append(s)
-    runs = {f"run-{i}": rows_of(group) for i, group in enumerate(by_run.values())}
+    runs = runs_of(series, "fixture" if args.fixture else "workload")
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{tmp}/parts.db"
         ingest.fresh(url)
         post(url, runs)
         print(f"\nSQLite, {n:,} points: bytes per point by table or index (empty schema included)")
         print("| table / index | B/pt | payload B/pt | unused in its pages B/pt |\n|---|---|---|---|")
-        parts = sqlite_parts(url.removeprefix("sqlite:///"))
+        parts = sqlite_parts(url)
         for name, size, payload, unused in parts:
             if size >= n // 100 or name == "<free pages>":
                 print(f"| {name} | {size / n:.3f} | {payload / n:.3f} | {unused / n:.3f} |")

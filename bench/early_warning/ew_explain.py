@@ -24,7 +24,7 @@ from ew_learn import family_peaks, learned_over, loss_rule_warned  # noqa: E402
 from ew_replay import COUNTED, RunTrace  # noqa: E402
 from ew_runs import Run, check_thresholds, load_dir  # noqa: E402
 from ew_score import EFFICIENCY_RULES  # noqa: E402
-from ew_truth import BEST_ARM, ground_truth  # noqa: E402
+from ew_truth import BEST_ARM, ground_truth, run_row  # noqa: E402
 
 from hyperwatch.monitor.thresholds.defaults import DEFAULT_THRESHOLDS  # noqa: E402
 
@@ -42,12 +42,17 @@ def value_at(run: Run, name: str, layer: int | None, step: int) -> float | None:
     return None
 
 
-def firsts(run: Run, over: dict[str, float]) -> list[tuple[str, str, int, str, int | None]]:
-    """The first counted alert of each (rule, metric) pair, in step order."""
+def trace(run: Run) -> RunTrace:
+    """The run's replay trace, built once."""
     if run.trace is None:
         run.trace = RunTrace(run.batches)
+    return run.trace
+
+
+def firsts(run: Run, over: dict[str, float]) -> list[tuple[str, str, int, str, int | None]]:
+    """The first counted alert of each (rule, metric) pair, in step order."""
     seen: dict[tuple[str, str], tuple[str, str, int, str, int | None]] = {}
-    for rule, severity, step, name, layer in run.trace.alerts(over):
+    for rule, severity, step, name, layer in trace(run).alerts(over):
         if severity in COUNTED and rule not in EFFICIENCY_RULES and (rule, name) not in seen:
             seen[(rule, name)] = (rule, severity, step, name, layer)
     return sorted(seen.values(), key=lambda a: a[2])
@@ -63,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     base = check_thresholds(json.loads(args.thresholds), "--thresholds")
     runs = load_dir(args.dir)
     truth = ground_truth(runs)
-    loss_warned = {r.name: loss_rule_warned(RunTrace(r.batches).alerts(base)) for r in runs if r.arm == BEST_ARM}
+    loss_warned = {r.name: loss_rule_warned(trace(r).alerts(base)) for r in runs if r.arm == BEST_ARM}
     peaks = {} if args.no_learn else family_peaks(runs, truth, loss_warned)
     multiple = float(DEFAULT_THRESHOLDS["learn_multiple"])
     counts = {"fa": 0, "pre": 0, "missed": 0}
@@ -71,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         t = truth[r.name]
         over = base if r.arm == BEST_ARM else learned_over(base, peaks.get(r.family, {}), multiple)
         fired = firsts(r, dict(over))
-        before = [a for a in fired if r.onset is not None and a[2] < r.onset]
-        fa = t.verdict == "healthy" and bool(fired)
-        pre = bool(before) and bool(t.prefix_healthy) and t.verdict != "healthy"
-        missed = t.verdict == "wrong" and not [a for a in fired if r.onset is None or a[2] >= r.onset]
+        steps = [a[2] for a in fired]
+        after = [st for st in steps if r.onset is not None and st >= r.onset]
+        row = run_row(r, t, (min(steps, default=None), min(after, default=None)))
+        fa, pre, missed = row["false_alarm"], row["pre_fault"], row["missed"]
         counts["fa"] += fa
         counts["pre"] += pre
         counts["missed"] += missed

@@ -43,11 +43,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.action == "compact":
+        return _compact(url)
     engine = make_engine(url)
     shown = engine.url.render_as_string(hide_password=True)
-    if args.action == "compact":
-        engine.dispose()
-        return _compact(url, shown)
     try:
         if args.action == "upgrade":
             migrate.upgrade(engine, args.revision or "head")
@@ -68,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compact(url: str, shown: str) -> int:
+def _compact(url: str) -> int:
     """VACUUM a SQLite file at the store's page size (rollback-journal mode for the rewrite: WAL keeps
     a file's page size); the file is untouched when another connection holds it."""
     import sqlite3
@@ -78,6 +77,8 @@ def _compact(url: str, shown: str) -> int:
 
     from hyperwatch.monitor.store.engine import SQLITE_PAGE_SIZE
 
+    parsed = make_url(url)
+    shown = parsed.render_as_string(hide_password=True)
     if not url.startswith("sqlite:"):
         print(
             f"hyperwatch db compact: {shown} is PostgreSQL, which keeps freed space for later writes and is "
@@ -85,7 +86,7 @@ def _compact(url: str, shown: str) -> int:
             file=sys.stderr,
         )
         return 2
-    path = make_url(url).database
+    path = parsed.database
     if not path or not Path(path).is_file():
         print(f"hyperwatch db compact: no SQLite file at {shown}; give --db sqlite:///path.db", file=sys.stderr)
         return 2

@@ -43,10 +43,11 @@ _BUSY_MARKERS = ("database is locked", "database is busy", "deadlock detected", 
 _FULL_MARKERS = ("database or disk is full", "no space left on device", "disk full")
 SQLITE_PAGE_SIZE = 1024
 """The page size of a new SQLite file (an existing one keeps its own until ``hyperwatch db compact``
-rewrites it, with the service stopped). A segment row (2.5-6.5 KB, issue 36) keeps at most ~1,000 bytes in its leaf
-of the ``WITHOUT ROWID`` table and spills the rest into overflow pages, the last one partly empty:
-with 4 KB pages that slack was 2.2 B/pt on issue 36's workload (of 7.0), with 1 KB pages 0.5
-(``bench/storage_parts.py``). 1,024 was SQLite's own default until 3.12."""
+rewrites it, with the service stopped). A segment row (2.5-6.5 KB, issue 36) keeps only part of
+itself in its leaf of the ``WITHOUT ROWID`` table (~1,000 bytes with 4 KB pages, ~230 with 1 KB) and
+spills the rest into overflow pages, the last one partly empty: with 4 KB pages that slack was
+2.2 B/pt on issue 36's workload (of 7.0), with 1 KB pages 0.5 (``bench/storage_parts.py``). 1,024
+was SQLite's own default until 3.12."""
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 

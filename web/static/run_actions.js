@@ -78,13 +78,9 @@
     });
   }
 
-  let busy = false; // one dialog at a time: a click that lands while an answer is awaited is ignored
-
   async function act(action) {
-    if (busy || dialog.open) return;
-    busy = true;
-    let result;
-    try { result = await ask(action); } finally { busy = false; }
+    if (dialog.open) return; // one dialog at a time: a click while one is open (its answer awaited) is ignored
+    const result = await ask(action);
     if (result === "deleted") {
       HW.status(`Run ${run.project}/${run.name} deleted.`);
       location.assign("/runs");
