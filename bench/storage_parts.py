@@ -26,6 +26,10 @@ from bench import ingest
 from bench.storage import FIXTURE, free, post, runs_of
 from bench.storage_codecs import fixture, synthetic
 
+_INDEXES = text(
+    "SELECT c.relname, pg_relation_size(i.indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+    "WHERE i.indrelid = CAST(:r AS oid)"
+)
 _TABLES = "SELECT c.oid, c.relname, c.reltoastrelid FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid"
 
 
@@ -60,10 +64,9 @@ def pg_parts(url: str) -> list[tuple[str, int, int, int, int]]:
                     text("SELECT tuple_len, dead_tuple_len, free_space FROM pgstattuple(CAST(:r AS oid))"), {"r": rel}
                 ).one()
                 out.append((label, int(size), int(live), int(dead), int(free)))
-            idx = c.execute(text("SELECT pg_indexes_size(:r)"), {"r": oid}).scalar() or 0
-            tidx = c.execute(text("SELECT pg_indexes_size(:r)"), {"r": toast}).scalar() if toast else 0
-            if idx or tidx:
-                out.append((f"{name} (indexes)", int(idx) + int(tidx or 0), 0, 0, 0))
+            for label, rel in ((name, oid), (f"{name} (toast)", toast)):
+                for index, size in c.execute(_INDEXES, {"r": rel}) if rel else ():
+                    out.append((f"{label} index {index}", int(size), 0, 0, 0))
     engine.dispose()
     return sorted(out, key=lambda r: -r[1])
 

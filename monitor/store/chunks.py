@@ -36,13 +36,20 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
 from hyperwatch.hooks.columns import NULL_INT
 from hyperwatch.monitor.store import segcodec
 from hyperwatch.monitor.store.bulk import read_in_ranges
-from hyperwatch.monitor.store.models import CHUNK_STEPS, NONFINITE_PREDICATE, SEGMENT_CHUNKS, hot_relation
+from hyperwatch.monitor.store.models import (
+    CHUNK_ROWS,
+    CHUNK_STEPS,
+    NONFINITE_PREDICATE,
+    OPEN_CHUNKS,
+    SEGMENT_CHUNKS,
+    hot_relation,
+)
 
 Cand = tuple[int, int | None, float | None]  # step, tokens, sql value (None = NaN)
 KEY = "run_id = :run_id AND name_id = :name_id AND layer = :layer"
@@ -264,13 +271,17 @@ def decode_rows(rows: Iterable[tuple[int, bytes]], lo: int, hi: int) -> list[Can
 # -- reads of one series (params: run_id, name_id, layer) -----------------------------------------
 
 
-def _chunk_rows(
-    conn: Connection, params: dict[str, Any], lo: int, hi: int, where: str = "", order: str = "", hint: str = ""
-) -> Any:
-    sql = (
-        f"SELECT chunk, data FROM metric_chunks{hint} WHERE {KEY} AND chunk >= :ca AND chunk <= :cb{where} "
-        f"ORDER BY chunk{order}"
-    )
+def _chunk_rows(conn: Connection, params: dict[str, Any], lo: int, hi: int, where: str = "", hint: bool = False) -> Any:
+    """Rows of chunks [lo's range start, hi's chunk] in chunk order; ``hint``: SQLite told to read each
+    chunk table through its partial index of non-finite rows."""
+    cond = f"WHERE {KEY} AND chunk >= :ca AND chunk <= :cb{where}"
+    if hint and conn.dialect.name == "sqlite":
+        arms = [
+            f"SELECT chunk, data FROM {t} INDEXED BY ix_{t}_nonfinite {cond}" for t in ("metric_chunks", OPEN_CHUNKS)
+        ]
+        sql = " UNION ALL ".join(arms) + " ORDER BY chunk"
+    else:
+        sql = f"SELECT chunk, data FROM {CHUNK_ROWS} {cond} ORDER BY chunk"
     return conn.execute(text(sql), {**params, "ca": seg_floor(lo // CHUNK_STEPS), "cb": hi // CHUNK_STEPS})
 
 
@@ -325,7 +336,7 @@ def end_point(conn: Connection, params: dict[str, Any], first: bool) -> Cand | N
     while ca <= cb:
         bound = {**params, "ca": ca, "cb": cb}
         sql = (
-            f"SELECT chunk, data FROM metric_chunks WHERE {KEY} AND chunk >= :ca AND chunk <= :cb "
+            f"SELECT chunk, data FROM {CHUNK_ROWS} WHERE {KEY} AND chunk >= :ca AND chunk <= :cb "
             f"ORDER BY chunk {order} LIMIT 4"
         )
         rows = conn.execute(text(sql), bound).all()
@@ -354,8 +365,7 @@ def nonfinite(conn: Connection, params: dict[str, Any], lo: int, hi: int) -> lis
         f"SELECT step, tokens, value FROM {hot} WHERE {KEY} AND step >= :lo AND step <= :hi AND ({NONFINITE_PREDICATE})"
     )
     out: list[Cand] = [(int(s), t, v) for s, t, v in conn.execute(text(sql), {**params, "lo": lo, "hi": hi})]
-    hint = " INDEXED BY ix_metric_chunks_nonfinite" if sqlite else ""
-    rows = _chunk_rows(conn, params, lo, hi, where=" AND nonfinite > 0", hint=hint)
+    rows = _chunk_rows(conn, params, lo, hi, where=" AND nonfinite > 0", hint=True)
     out += [p for p in decode_rows(rows, lo, hi) if p[2] is None or not math.isfinite(p[2])]
     return out
 
@@ -370,7 +380,7 @@ def points_in_ranges(
     hot = hot_relation(conn.dialect.name)
     out = list(read_in_ranges(conn, run_id, "t.step, t.tokens, t.value", hot, "step", "", ranges))
     by_chunk = [(n, la, seg_floor(a // CHUNK_STEPS), b // CHUNK_STEPS) for n, la, a, b in ranges]
-    found = read_in_ranges(conn, run_id, "t.chunk, t.data", "metric_chunks", "chunk", "", by_chunk)
+    found = read_in_ranges(conn, run_id, "t.chunk, t.data", CHUNK_ROWS, "chunk", "", by_chunk)
     bounds: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for n, la, a, b in ranges:
         bounds.setdefault((n, la), []).append((a, b))
@@ -388,7 +398,9 @@ def all_points(
     conn: Connection, run_id: int | None = None
 ) -> list[tuple[int, int, int, int, int | None, float | None]]:
     """(run_id, name_id, layer, step, tokens, value) of every stored point (of one run), hot or chunked,
-    in key order: what a one-row-per-point table would hold (for checks, exports and migrations)."""
+    in key order: what a one-row-per-point table would hold (for checks, exports and migrations: before
+    revision 0015 every chunk row is in ``metric_chunks``)."""
+    relation = CHUNK_ROWS if CHUNK_ROWS in inspect(conn).get_view_names() else "metric_chunks"
     where, params = ("", {}) if run_id is None else (" WHERE run_id = :r", {"r": run_id})
     out = [
         (int(r), int(n), int(la), int(s), t, v)
@@ -398,7 +410,7 @@ def all_points(
         )
     ]
     for r, n, la, c, blob in conn.execute(
-        text(f"SELECT run_id, name_id, layer, chunk, data FROM metric_chunks{where}"), params
+        text(f"SELECT run_id, name_id, layer, chunk, data FROM {relation}{where}"), params
     ):
         out += [(int(r), int(n), int(la), *p) for p in decode(int(c), bytes(blob))]
     out.sort(key=lambda p: p[:4])

@@ -1,4 +1,4 @@
-"""Moving sealed points out of ``metric_points`` into ``metric_chunks`` rows, inside the batch's transaction.
+"""Moving sealed points out of ``metric_points`` into chunk rows (``open_chunks``), inside the batch's transaction.
 
 The invariant every read relies on: for each series with latest step ``L``, the steps below its
 sealed boundary ``((L + 1) // CHUNK_STEPS) * CHUNK_STEPS`` live in chunks and the steps from it on live in
@@ -37,7 +37,7 @@ from sqlalchemy.engine import Connection
 from hyperwatch.monitor.store import chunks, segments
 from hyperwatch.monitor.store.bulk import bulk_write, pg_array, read_in_ranges
 from hyperwatch.monitor.store.chunks import CHUNK_COLUMNS, CHUNK_KEY, CHUNK_SET, CHUNK_TYPES, Cand
-from hyperwatch.monitor.store.models import CHUNK_STEPS, COMPACTING_DIALECTS
+from hyperwatch.monitor.store.models import CHUNK_ROWS, CHUNK_STEPS, COMPACTING_DIALECTS, OPEN_CHUNKS
 
 SeriesKey = tuple[int, int]  # (name_id, layer)
 PointRow = tuple[int, int, int, int | None, float | None]  # name_id, layer, step, tokens, sql value
@@ -50,7 +50,7 @@ _TAKE_PG = (
     "WHERE t.run_id = %s AND t.name_id = r.n AND t.layer = r.l AND t.step >= r.a AND t.step <= r.b "
     "RETURNING t.name_id, t.layer, t.step, t.tokens, t.value"
 )
-_COPY_CHUNKS = f"COPY metric_chunks ({', '.join(CHUNK_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+_COPY_CHUNKS = f"COPY {OPEN_CHUNKS} ({', '.join(CHUNK_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 _DELETE_SQLITE = "DELETE FROM metric_points WHERE run_id = ? AND name_id = ? AND layer = ? AND step >= ? AND step <= ?"
 
 
@@ -110,7 +110,7 @@ def store_sealed(
     extra: dict[tuple[int, int, int], dict[int, Cand]] = defaultdict(dict)
     if late:
         ranges = [(n, la, c, c) for n, la, c in late]
-        for n, la, c, blob in read_in_ranges(conn, run_id, "t.chunk, t.data", "metric_chunks", "chunk", "", ranges):
+        for n, la, c, blob in read_in_ranges(conn, run_id, "t.chunk, t.data", CHUNK_ROWS, "chunk", "", ranges):
             extra[(n, la, c)].update((p[0], p) for p in chunks.decode(int(c), bytes(blob)))
         for n, la, c in late:
             spans[(n, la)].append((c, c))
@@ -129,15 +129,10 @@ def store_sealed(
         listed[(n, la)] += pts
     rewritten = set(late)
     copy_chunks(conn, [r for r in out_rows if r[1:4] not in rewritten])
-    bulk_write(
-        conn,
-        "metric_chunks",
-        CHUNK_COLUMNS,
-        CHUNK_TYPES,
-        [r for r in out_rows if r[1:4] in rewritten],
-        CHUNK_KEY,
-        CHUNK_SET,
-    )
+    # a rewritten chunk goes to open_chunks; one a stopped run left in metric_chunks is deleted there
+    segments.delete(conn, run_id, [(n, la, c, c + 1) for n, la, c in late], "metric_chunks")
+    rows = [r for r in out_rows if r[1:4] in rewritten]
+    bulk_write(conn, OPEN_CHUNKS, CHUNK_COLUMNS, CHUNK_TYPES, rows, CHUNK_KEY, CHUNK_SET)
     out = {k: (_merged(v), listed.get(k, [])) for k, v in spans.items()}
     for key, (seg_spans, pts) in known_late.items():  # a series' late segment and its new chunks: both listed
         had_spans, had_pts = out.get(key, ([], []))
@@ -162,7 +157,7 @@ def copy_chunks(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
         return
     if conn.dialect.name != "postgresql":
         marks = ", ".join("?" * len(CHUNK_COLUMNS))
-        conn.exec_driver_sql(f"INSERT INTO metric_chunks ({', '.join(CHUNK_COLUMNS)}) VALUES ({marks})", rows)
+        conn.exec_driver_sql(f"INSERT INTO {OPEN_CHUNKS} ({', '.join(CHUNK_COLUMNS)}) VALUES ({marks})", rows)
         return
     raw = conn.connection.dbapi_connection
     assert raw is not None

@@ -18,14 +18,15 @@ VACUUM (not FULL) takes a lock that never blocks reads or writes; it runs outsid
 on its own pooled connection; one runs at a time. A failed one is logged and retried next time.
 SQLite needs none of this: deleted pages go to its freelist and are reused by the next inserts.
 
-``metric_chunks`` churns too: the 16-step chunks of a series' open range live there until the next
-pack (every ``PACK_STEPS``) folds them into its segment row and deletes them, and each pack rewrites
-the partial segment (TOAST chunks and all). Left to autovacuum, a 2,000-step run of issue 36's
-workload left the table at 20 B/pt, 4x its live bytes (heap 9.0 B/pt of which 8.9 free, index 4.0,
-TOAST 5.8 of which 1.2 free: ``bench/storage_parts.py``). So every ``CHUNKS_EVERY``-th vacuum also
-vacuums ``metric_chunks``, about once per pack round of a run logging every series at every step:
-its dead chunk rows' heap, TOAST and index space is then reused by the next round's chunks. Its
-index vacuum reads the whole index, hence the lower rhythm.
+``open_chunks`` churns too (revision 0015): the 16-step chunks of a running series' open range live
+there until the next pack (every ``PACK_STEPS``) folds them into its partial segment and deletes
+them, and each pack rewrites the partial segment (TOAST chunks and all). Left to autovacuum, a
+2,000-step run of issue 36's workload left the chunks at 20 B/pt, 4x their live bytes
+(``bench/storage_parts.py``, before 0015, when these rows shared ``metric_chunks`` with the
+segments). So every ``CHUNKS_EVERY``-th vacuum also vacuums ``open_chunks``, about once per pack
+round of a run logging every series at every step: its dead rows' heap, TOAST and index space is then
+reused by the next round's chunks. ``metric_chunks`` only grows (segments of sealed ranges, and the
+partial segments of runs that stopped), so autovacuum is enough there.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class HotVacuum:
                 return
             self._pending = 0
             self._started += 1
-            tables = HOT_TABLES + (", metric_chunks" if self._started % CHUNKS_EVERY == 0 else "")
+            tables = HOT_TABLES + (", open_chunks" if self._started % CHUNKS_EVERY == 0 else "")
             self._thread = threading.Thread(target=self._vacuum, args=(tables,), name="hyperwatch-vacuum", daemon=True)
             self._thread.start()
 

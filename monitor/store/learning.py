@@ -33,6 +33,7 @@ from hyperwatch.monitor.store.engine import managed, retry_busy
 from hyperwatch.monitor.store.entities import RunHealth
 from hyperwatch.monitor.store.models import (
     CHUNK_STEPS,
+    CHUNK_TABLES,
     ROLLUP_LEVELS,
     RUN_LEVEL_LAYER,
     SEGMENT_STEPS,
@@ -71,11 +72,14 @@ def _peaks_sql(dialect: str) -> Any:
         "ON s.run_id = r.run_id AND s.name_id = r.name_id AND s.layer = r.layer "
         "WHERE r.run_id IN :runs AND r.name_id IN :names AND r.max_value <= :big AND r.max_value >= -:big "
         f"AND ({_rollup_levels_sql()}) GROUP BY r.run_id, r.name_id "
-        "UNION ALL SELECT c.run_id, c.name_id, max(c.max_value) FROM metric_chunks c JOIN series_latest s "
-        "ON s.run_id = c.run_id AND s.name_id = c.name_id AND s.layer = c.layer "
-        "WHERE c.run_id IN :runs AND c.name_id IN :names AND c.max_value <= :big AND c.max_value >= -:big "
-        f"AND c.chunk >= {_open_range_sql()} GROUP BY c.run_id, c.name_id "
-        f"UNION ALL SELECT run_id, name_id, max(value) FROM {hot_relation(dialect)} "
+        + "".join(
+            f"UNION ALL SELECT c.run_id, c.name_id, max(c.max_value) FROM {table} c JOIN series_latest s "
+            "ON s.run_id = c.run_id AND s.name_id = c.name_id AND s.layer = c.layer "
+            "WHERE c.run_id IN :runs AND c.name_id IN :names AND c.max_value <= :big AND c.max_value >= -:big "
+            f"AND c.chunk >= {_open_range_sql()} GROUP BY c.run_id, c.name_id "
+            for table in CHUNK_TABLES
+        )
+        + f"UNION ALL SELECT run_id, name_id, max(value) FROM {hot_relation(dialect)} "
         "WHERE run_id IN :runs AND name_id IN :names AND value <= :big AND value >= -:big GROUP BY run_id, name_id"
     )
     return text(sql).bindparams(bindparam("runs", expanding=True), bindparam("names", expanding=True))

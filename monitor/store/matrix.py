@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 
 from hyperwatch.monitor.store import chunks
 from hyperwatch.monitor.store import downsample as ds
-from hyperwatch.monitor.store.models import CHUNK_STEPS, ROLLUP_LEVELS, SEGMENT_CHUNKS, hot_relation
+from hyperwatch.monitor.store.models import CHUNK_ROWS, CHUNK_STEPS, ROLLUP_LEVELS, SEGMENT_CHUNKS, hot_relation
 
 Rows = list[list[float | None]]
 MAX_SLOTS = 2_000_000
@@ -92,7 +92,7 @@ def _columns(
         "ca": start // CHUNK_STEPS // SEGMENT_CHUNKS * SEGMENT_CHUNKS,
         "cb": end // CHUNK_STEPS,
     }
-    sql = f"SELECT layer, chunk, data FROM metric_chunks WHERE {_NAME} AND chunk >= :ca AND chunk <= :cb"
+    sql = f"SELECT layer, chunk, data FROM {CHUNK_ROWS} WHERE {_NAME} AND chunk >= :ca AND chunk <= :cb"
     found = conn.execute(text(sql), p).all()
     rows = [(int(c), bytes(d)) for _la, c, d in found]
     at, steps, values = chunks.steps_values(rows)

@@ -24,7 +24,9 @@ On PostgreSQL a point lives in one of three places (:mod:`monitor.store.compact`
   (:mod:`monitor.store.segcodec`, ~4.4 B/point on issue 36's workload), the open range's sealed part
   as a partial segment (packed every ``PACK_STEPS``), then at most 15 rows of 16 steps as below;
   each row keeps its min and max with their steps; ``data`` is ``STORAGE EXTERNAL`` on PostgreSQL
-  (a segment is TOASTed out of line, not compressed again). Before 0014:
+  (a segment is TOASTed out of line, not compressed again). Since 0015 the rows a pack rewrites (a
+  running run's partial segments and 16-step chunks) live in ``open_chunks`` (same columns), so
+  ``metric_chunks`` only grows; reads select the view ``chunk_rows``, both. Before 0014:
 - ``metric_chunks``, one row per series and 16 steps: the sealed points packed (steps as one
   offset when consecutive, tokens as ``t0 + dt * step`` when linear, the values as raw doubles:
   ~150 B for 16 points; see :mod:`monitor.store.chunks`). A chunk is written once, when the
@@ -134,6 +136,14 @@ cost it little (measured: see compact.py)."""
 
 HOT_POINTS = "hot_points"
 """PostgreSQL's view of every hot point: ``metric_points`` rows and pending batches' elements (0006)."""
+
+
+OPEN_CHUNKS = "open_chunks"
+"""The open ranges' rows (revision 0015): churned by every pack, emptied when a run stops."""
+
+CHUNK_TABLES = ("metric_chunks", OPEN_CHUNKS)
+CHUNK_ROWS = "chunk_rows"
+"""The view every read of chunk rows selects from: ``metric_chunks`` UNION ALL ``open_chunks`` (0015)."""
 
 
 def hot_relation(dialect: str) -> str:
@@ -261,22 +271,9 @@ class MetricPointRow(Base):
     value: Mapped[float | None] = mapped_column(Double, nullable=True)
 
 
-class MetricChunkRow(Base):
-    """One series' points in steps [chunk * CHUNK_STEPS, (chunk + 1) * CHUNK_STEPS), packed (see store.chunks)."""
+class _ChunkColumns:
+    """The columns of a chunk or segment row (see store.chunks), in both chunk tables."""
 
-    __tablename__ = "metric_chunks"
-    __table_args__ = (
-        Index(
-            "ix_metric_chunks_nonfinite",
-            "run_id",
-            "name_id",
-            "layer",
-            "chunk",
-            sqlite_where=text("nonfinite > 0"),
-            postgresql_where=text("nonfinite > 0"),
-        ),
-        {"sqlite_with_rowid": False},
-    )
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     name_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     layer: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
@@ -291,12 +288,40 @@ class MetricChunkRow(Base):
     max_value: Mapped[float | None] = mapped_column(Double, nullable=True)
 
 
+def _chunk_table_args(name: str) -> tuple[Any, ...]:
+    nonfinite = Index(
+        f"ix_{name}_nonfinite",
+        "run_id",
+        "name_id",
+        "layer",
+        "chunk",
+        sqlite_where=text("nonfinite > 0"),
+        postgresql_where=text("nonfinite > 0"),
+    )
+    return (nonfinite, {"sqlite_with_rowid": False})
+
+
+class MetricChunkRow(_ChunkColumns, Base):
+    """Sealed rows: whole segments, and the partial segments of runs that stopped (since 0015)."""
+
+    __tablename__ = "metric_chunks"
+    __table_args__ = _chunk_table_args("metric_chunks")
+
+
+class OpenChunkRow(_ChunkColumns, Base):
+    """The open ranges of running runs (0015): 16-step chunks and partial segments, rewritten by packs."""
+
+    __tablename__ = OPEN_CHUNKS
+    __table_args__ = _chunk_table_args(OPEN_CHUNKS)
+
+
 # segments are compressed already: TOAST keeps them out of line but does not compress them again (0014)
-event.listen(
-    MetricChunkRow.__table__,
-    "after_create",
-    DDL("ALTER TABLE metric_chunks ALTER COLUMN data SET STORAGE EXTERNAL").execute_if(dialect="postgresql"),
-)
+for _table in (MetricChunkRow.__table__, OpenChunkRow.__table__):
+    event.listen(
+        _table,
+        "after_create",
+        DDL(f"ALTER TABLE {_table.name} ALTER COLUMN data SET STORAGE EXTERNAL").execute_if(dialect="postgresql"),
+    )
 
 
 class MetricRollupRow(Base):

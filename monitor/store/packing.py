@@ -113,7 +113,7 @@ def pack_segments(conn: Connection) -> None:
             end = boundary(int(latest)) // CHUNK_STEPS
             targets += [(int(n), int(la), c0, min(c0 + SEGMENT_CHUNKS, end)) for c0 in range(0, end, SEGMENT_CHUNKS)]
         for i in range(0, len(targets), 1000):
-            segments.pack(conn, run_id, targets[i : i + 1000])
+            segments.pack(conn, run_id, targets[i : i + 1000], tables=segments.ONE_TABLE)
 
 
 def unpack_segments(conn: Connection) -> None:

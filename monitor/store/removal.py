@@ -26,6 +26,7 @@ from hyperwatch.monitor.store.models import (
     MetricChunkRow,
     MetricPointRow,
     MetricRollupRow,
+    OpenChunkRow,
     PointBatchRow,
     ProjectRow,
     RunRow,
@@ -36,7 +37,9 @@ from hyperwatch.monitor.store.models import (
 OWNED = (
     PointBatchRow,
     MetricPointRow,
+    OpenChunkRow,
     MetricChunkRow,
+    OpenChunkRow,
     MetricRollupRow,
     SeriesLatestRow,
     IngestedBatchRow,

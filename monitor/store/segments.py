@@ -17,6 +17,11 @@ inside the batch's transaction, under its run's lock. A late point below ``B`` l
 row covering its chunk (rewritten), or in a whole sealed range without a row (a new segment); any
 other late point rewrites its version-1 chunk (:mod:`monitor.store.compact`).
 
+Tables (revision 0015, :class:`Tables`): whole segments go to ``metric_chunks``; a running run's
+partial segments (and its version-1 chunks) to ``open_chunks``, which every pack churns; a stopped
+run's partial segments to ``metric_chunks``. Keys never repeat across the two: a pack deletes its
+ranges' rows from both before writing. Reads see both through the view ``chunk_rows``.
+
 Cost (issue 36's workload, 512 series): a pack at every 256th step re-encodes the open range's
 points, so each point is encoded ~2.5 times over its range's life, at ~0.06 s per million points.
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -35,7 +41,14 @@ from hyperwatch.hooks.columns import NULL_INT
 from hyperwatch.monitor.store import chunks, segcodec
 from hyperwatch.monitor.store.bulk import bulk_write, pg_array, read_in_ranges
 from hyperwatch.monitor.store.chunks import CHUNK_COLUMNS, CHUNK_KEY, CHUNK_SET, CHUNK_TYPES, Cand, seg_floor
-from hyperwatch.monitor.store.models import CHUNK_STEPS, PACK_STEPS, ROLLUP_LEVELS, SEGMENT_CHUNKS
+from hyperwatch.monitor.store.models import (
+    CHUNK_ROWS,
+    CHUNK_STEPS,
+    OPEN_CHUNKS,
+    PACK_STEPS,
+    ROLLUP_LEVELS,
+    SEGMENT_CHUNKS,
+)
 
 SeriesKey = tuple[int, int]
 Target = tuple[int, int, int, int]  # name_id, layer, first chunk of the range, end chunk (exclusive)
@@ -52,10 +65,28 @@ _ROLLUP_TYPES = ("int",) * 4 + ("bigint", "int") + ("bigint", "bigint", "float8"
 _ROLLUP_KEY = ("run_id", "name_id", "layer", "level", "block")
 _ROLLUP_SET = ", ".join(f"{c} = excluded.{c}" for c in _ROLLUP_COLUMNS[5:])
 _DELETE_PG = (
-    "DELETE FROM metric_chunks AS t USING unnest(%s::int[], %s::int[], %s::bigint[], %s::bigint[]) AS r(n, l, a, b) "
+    "DELETE FROM {} AS t USING unnest(%s::int[], %s::int[], %s::bigint[], %s::bigint[]) AS r(n, l, a, b) "
     "WHERE t.run_id = %s AND t.name_id = r.n AND t.layer = r.l AND t.chunk >= r.a AND t.chunk < r.b"
 )
-_DELETE_SQLITE = "DELETE FROM metric_chunks WHERE run_id = ? AND name_id = ? AND layer = ? AND chunk >= ? AND chunk < ?"
+_DELETE_SQLITE = "DELETE FROM {} WHERE run_id = ? AND name_id = ? AND layer = ? AND chunk >= ? AND chunk < ?"
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Where a pack reads a range, writes its row and deletes the range's old rows (revision 0015:
+    a running run's open ranges in ``open_chunks``, what no longer changes in ``metric_chunks``)."""
+
+    read: str = CHUNK_ROWS
+    whole: str = "metric_chunks"
+    partial: str = OPEN_CHUNKS
+    cleared: tuple[str, ...] = ("metric_chunks", OPEN_CHUNKS)
+
+
+RUNNING = Tables()
+STOPPED = replace(RUNNING, partial="metric_chunks")
+"""A run that stopped: its open ranges' partial segments are final until it runs again."""
+ONE_TABLE = Tables("metric_chunks", "metric_chunks", "metric_chunks", ("metric_chunks",))
+"""Revision 0014's layout (its migration packs through :func:`pack`)."""
 
 
 def crossed(keys: Sequence[SeriesKey], before: Sequence[int], after: Sequence[int]) -> list[Target]:
@@ -77,15 +108,14 @@ def crossed(keys: Sequence[SeriesKey], before: Sequence[int], after: Sequence[in
     return out
 
 
-def open_ranges(conn: Connection, run_id: int | None = None) -> list[tuple[int, Target]]:
-    """(run_id, target) of every series' open range holding version-1 chunks (a run that stopped:
-    nothing will seal there for a while, so its chunks are packed now)."""
-    where, params = ("", {}) if run_id is None else (" AND c.run_id = :r", {"r": run_id})
+def open_ranges(conn: Connection, run_id: int) -> list[tuple[int, Target]]:
+    """(run_id, target) of every open range of the run with rows in ``open_chunks`` (a run that
+    stopped: nothing will seal there for a while, so they are packed into ``metric_chunks`` now)."""
     sql = (
-        "SELECT DISTINCT c.run_id, c.name_id, c.layer, s.step FROM metric_chunks c JOIN series_latest s "
-        "ON s.run_id = c.run_id AND s.name_id = c.name_id AND s.layer = c.layer "
-        f"WHERE c.chunk >= ((s.step + 1) / {SEGMENT_CHUNKS * CHUNK_STEPS}) * {SEGMENT_CHUNKS}{where}"
+        f"SELECT DISTINCT c.run_id, c.name_id, c.layer, s.step FROM {OPEN_CHUNKS} c JOIN series_latest s "
+        "ON s.run_id = c.run_id AND s.name_id = c.name_id AND s.layer = c.layer WHERE c.run_id = :r"
     )
+    params = {"r": run_id}
     out: list[tuple[int, Target]] = []
     for r, n, la, latest in conn.execute(text(sql), params):
         end = (int(latest) + 1) // CHUNK_STEPS
@@ -95,7 +125,11 @@ def open_ranges(conn: Connection, run_id: int | None = None) -> list[tuple[int, 
 
 
 def pack(
-    conn: Connection, run_id: int, targets: Sequence[Target], extra: Mapping[tuple[int, int, int], list[PointRow]] = {}
+    conn: Connection,
+    run_id: int,
+    targets: Sequence[Target],
+    extra: Mapping[tuple[int, int, int], list[PointRow]] = {},
+    tables: Tables = RUNNING,
 ) -> Known:
     """Pack every row of each target range into one segment row (``extra``: points per target (name,
     layer, first chunk) that win over the stored ones). Writes the finest rollup row of each whole
@@ -103,12 +137,12 @@ def pack(
     if not targets:
         return {}
     found = read_in_ranges(
-        conn, run_id, "t.chunk, t.data", "metric_chunks", "chunk", "", [(n, la, a, b - 1) for n, la, a, b in targets]
+        conn, run_id, "t.chunk, t.data", tables.read, "chunk", "", [(n, la, a, b - 1) for n, la, a, b in targets]
     )
     stored: dict[tuple[int, int, int], list[tuple[int, bytes]]] = defaultdict(list)
     for n, la, c, blob in found:
         stored[(int(n), int(la), seg_floor(int(c)))].append((int(c), bytes(blob)))
-    rows: list[tuple[Any, ...]] = []
+    rows: dict[str, list[tuple[Any, ...]]] = {tables.whole: [], tables.partial: []}
     rollup_rows: list[tuple[Any, ...]] = []
     known: Known = {}
     for n, la, c0, end in targets:
@@ -123,15 +157,18 @@ def pack(
         lo, hi = _extremes(steps, values)
         summary = (None,) * 4 if lo is None else (int(steps[lo]), float(values[lo]), int(steps[hi]), float(values[hi]))
         nonfinite = int(len(values) - np.isfinite(values).sum())
-        rows.append((run_id, n, la, c0, nonfinite, blob, *summary))
-        if end - c0 == SEGMENT_CHUNKS:
+        whole = end - c0 == SEGMENT_CHUNKS
+        rows[tables.whole if whole else tables.partial].append((run_id, n, la, c0, nonfinite, blob, *summary))
+        if whole:
             rollup_rows.append(
                 (run_id, n, la, FINEST, c0 // SEGMENT_CHUNKS, len(steps), *_rollup(steps, tokens, values, lo, hi))
             )
         if late is not None:
             known[(n, la)] = ([(c0, end - 1)], chunks.to_cands(steps, tokens, values))
-    delete(conn, run_id, [t for t in targets if stored.get(t[:3])])
-    bulk_write(conn, "metric_chunks", CHUNK_COLUMNS, CHUNK_TYPES, rows, CHUNK_KEY, CHUNK_SET)
+    for table in tables.cleared:
+        delete(conn, run_id, [t for t in targets if stored.get(t[:3])], table)
+    for table, written in rows.items():
+        bulk_write(conn, table, CHUNK_COLUMNS, CHUNK_TYPES, written, CHUNK_KEY, CHUNK_SET)
     bulk_write(conn, "metric_rollups", _ROLLUP_COLUMNS, _ROLLUP_TYPES, rollup_rows, _ROLLUP_KEY, _ROLLUP_SET)
     return known
 
@@ -146,7 +183,7 @@ def late_targets(
     firsts = sorted({(n, la, seg_floor(c)) for n, la, c in late})
     spans: dict[tuple[int, int, int], int] = {}
     for n, la, c, blob in read_in_ranges(
-        conn, run_id, "t.chunk, t.data", "metric_chunks", "chunk", "", [(n, la, c0, c0) for n, la, c0 in firsts]
+        conn, run_id, "t.chunk, t.data", CHUNK_ROWS, "chunk", "", [(n, la, c0, c0) for n, la, c0 in firsts]
     ):
         if bytes(blob[:1])[0] == segcodec.VERSION:
             spans[(int(n), int(la), int(c))] = segcodec.span(bytes(blob[:8]))
@@ -160,16 +197,16 @@ def late_targets(
     return out
 
 
-def delete(conn: Connection, run_id: int, targets: Sequence[Target]) -> None:
-    """Delete every row in the target ranges."""
+def delete(conn: Connection, run_id: int, targets: Sequence[Target], table: str) -> None:
+    """Delete every row of ``table`` in the target ranges."""
     if not targets:
         return
     if conn.dialect.name == "postgresql":
         types = ("int", "int", "bigint", "bigint")
         params = (*(pg_array(col, t) for col, t in zip(zip(*targets), types, strict=True)), run_id)
-        conn.exec_driver_sql(_DELETE_PG, params)
+        conn.exec_driver_sql(_DELETE_PG.format(table), params)
     else:
-        conn.exec_driver_sql(_DELETE_SQLITE, [(run_id, *t) for t in targets])
+        conn.exec_driver_sql(_DELETE_SQLITE.format(table), [(run_id, *t) for t in targets])
 
 
 def _columns(rows: Sequence[PointRow]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -32,7 +32,14 @@ from sqlalchemy.engine import Engine
 
 from hyperwatch.monitor.store.engine import managed
 from hyperwatch.monitor.store.entities import SeriesSummary
-from hyperwatch.monitor.store.models import CHUNK_STEPS, ROLLUP_LEVELS, RUN_LEVEL_LAYER, MetricNameRow, hot_relation
+from hyperwatch.monitor.store.models import (
+    CHUNK_STEPS,
+    CHUNK_TABLES,
+    ROLLUP_LEVELS,
+    RUN_LEVEL_LAYER,
+    MetricNameRow,
+    hot_relation,
+)
 from hyperwatch.monitor.store.points import from_sql_value
 
 RUNS_PER_READ = 500
@@ -63,6 +70,14 @@ def _tail_start() -> str:
     return f"((s.step + 1) / {finest}) * {finest}"
 
 
+def _chunk_arm(table: str) -> str:
+    return f"""  SELECT k.run_id, k.name_id, k.min_value, k.min_step, k.max_value, k.max_step
+  FROM {table} k JOIN s ON k.run_id = s.run_id AND k.name_id = s.name_id AND k.layer = s.layer
+  WHERE k.min_value IS NOT NULL AND k.chunk >= {_open_range()}
+  UNION ALL
+"""
+
+
 def _summaries_sql(dialect: str) -> Any:
     sql = f"""
 WITH s AS (
@@ -74,10 +89,7 @@ c AS (
   FROM metric_rollups r JOIN s ON r.run_id = s.run_id AND r.name_id = s.name_id AND r.layer = s.layer
   WHERE r.min_value IS NOT NULL AND ({_covering()})
   UNION ALL
-  SELECT k.run_id, k.name_id, k.min_value, k.min_step, k.max_value, k.max_step
-  FROM metric_chunks k JOIN s ON k.run_id = s.run_id AND k.name_id = s.name_id AND k.layer = s.layer
-  WHERE k.min_value IS NOT NULL AND k.chunk >= {_open_range()}
-  UNION ALL
+{"".join(_chunk_arm(table) for table in CHUNK_TABLES)}
   SELECT h.run_id, h.name_id, h.value, h.step, h.value, h.step
   FROM {hot_relation(dialect)} h JOIN s ON h.run_id = s.run_id AND h.name_id = s.name_id AND h.layer = s.layer
   WHERE h.value IS NOT NULL AND h.step >= {_tail_start()}

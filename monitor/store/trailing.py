@@ -19,7 +19,7 @@ from functools import lru_cache
 from sqlalchemy.engine import Connection
 
 from hyperwatch.monitor.store import chunks
-from hyperwatch.monitor.store.models import CHUNK_STEPS, hot_relation
+from hyperwatch.monitor.store.models import CHUNK_ROWS, CHUNK_STEPS, hot_relation
 
 SERIES_PER_STATEMENT = 200  # SQLite allows 500 terms in a compound SELECT
 WindowKey = tuple[int, int, int]  # (name_id, sql layer, before_step)
@@ -42,7 +42,7 @@ def _windows_sql(dialect: str, n: int) -> str:
 
 
 def _chunks_sql(dialect: str, n: int) -> str:
-    return _newest_sql(dialect, n, "metric_chunks", "chunk", "chunk, data", "<=")
+    return _newest_sql(dialect, n, CHUNK_ROWS, "chunk", "chunk, data", "<=")
 
 
 def trailing_points(

@@ -125,7 +125,7 @@ def test_hot_rows_and_chunks_split_at_the_boundary(pg_store: SqlStore) -> None:
         hot = conn.execute(
             text(f"SELECT name_id, layer, step FROM {hot_relation('postgresql')} WHERE run_id = :r"), {"r": run_id}
         ).all()
-        n_chunks = conn.execute(text("SELECT count(*) FROM metric_chunks WHERE run_id = :r"), {"r": run_id}).scalar()
+        n_chunks = conn.execute(text("SELECT count(*) FROM chunk_rows WHERE run_id = :r"), {"r": run_id}).scalar()
         every = chunks.all_points(conn, run_id)
     assert n_chunks and n_chunks > 5 and hot  # both tables in use
     assert all(s >= boundary(latest[(n, la)]) for n, la, s in hot)  # hot: only past the sealed boundary
@@ -183,13 +183,13 @@ def test_late_write_rewrites_its_chunk_in_place(pg_store: SqlStore, monkeypatch:
     run, _ = store.upsert_run("default", "late", {})
     store.ingest(run.id, uuid.uuid4().hex, [Point("loss", s, float(s), tokens=s) for s in range(100)])
     with store.engine.connect() as conn:
-        before = conn.execute(text("SELECT chunk, data FROM metric_chunks ORDER BY chunk")).all()
+        before = conn.execute(text("SELECT chunk, data FROM chunk_rows ORDER BY chunk")).all()
     assert [c for c, _ in before] == list(range(100 // W))
     store.ingest(run.id, uuid.uuid4().hex, [Point("loss", 17, math.nan, tokens=None), Point("loss", 200, -1.0)])
     store.ingest(run.id, uuid.uuid4().hex, [Point("loss", 101, math.inf)])  # in a chunk sealed by step 200
     with store.engine.connect() as conn:
-        after = dict(conn.execute(text("SELECT chunk, data FROM metric_chunks")).all())
-        nonfinite = dict(conn.execute(text("SELECT chunk, nonfinite FROM metric_chunks")).all())
+        after = dict(conn.execute(text("SELECT chunk, data FROM chunk_rows")).all())
+        nonfinite = dict(conn.execute(text("SELECT chunk, nonfinite FROM chunk_rows")).all())
         hot = conn.execute(text(f"SELECT step FROM {hot_relation('postgresql')} ORDER BY step")).scalars().all()
     assert hot == [200]
     assert nonfinite[1] == 1 and nonfinite[101 // W] == 1 and nonfinite[0] == 0
@@ -210,15 +210,15 @@ def test_hot_table_is_vacuumed_on_postgresql(store: SqlStore) -> None:
     assert store.hot_vacuum.runs == (1 if store.engine.dialect.name == "postgresql" else 0)
 
 
-def test_chunk_table_is_vacuumed_every_few_hot_vacuums(pg_store: SqlStore) -> None:
-    """Every CHUNKS_EVERY-th vacuum also takes ``metric_chunks`` (its packed chunks' space reused)."""
+def test_open_chunk_table_is_vacuumed_every_few_hot_vacuums(pg_store: SqlStore) -> None:
+    """Every CHUNKS_EVERY-th vacuum also takes ``open_chunks`` (its packed chunks' space reused)."""
 
     def vacuums(table: str) -> int:
         with pg_store.engine.connect() as conn:
             q = text("SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = :t")
             return int(conn.execute(q, {"t": table}).scalar_one())
 
-    before = {t: vacuums(t) for t in ("metric_chunks", "point_batches")}
+    before = {t: vacuums(t) for t in ("open_chunks", "point_batches")}
     hv = pg_store.hot_vacuum = HotVacuum(pg_store.engine, after_rows=1)
     for _ in range(2 * CHUNKS_EVERY):
         hv.moved(1)
@@ -228,7 +228,7 @@ def test_chunk_table_is_vacuumed_every_few_hot_vacuums(pg_store: SqlStore) -> No
     while vacuums("point_batches") - before["point_batches"] < 2 * CHUNKS_EVERY and time.monotonic() < deadline:
         time.sleep(0.1)  # statistics reach the view shortly after the vacuum
     assert vacuums("point_batches") - before["point_batches"] == 2 * CHUNKS_EVERY
-    assert vacuums("metric_chunks") - before["metric_chunks"] == 2
+    assert vacuums("open_chunks") - before["open_chunks"] == 2
 
 
 def test_sqlite_packs_sealed_points_too(sqlite_store: SqlStore, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -240,7 +240,7 @@ def test_sqlite_packs_sealed_points_too(sqlite_store: SqlStore, monkeypatch: pyt
         sqlite_store.ingest(run.id, uuid.uuid4().hex, [Point("loss", step, float(step))])
     with sqlite_store.engine.connect() as conn:
         assert conn.execute(text("SELECT step FROM metric_points")).scalars().all() == [96, 97, 98, 99]
-        assert conn.execute(text("SELECT chunk FROM metric_chunks ORDER BY chunk")).scalars().all() == list(range(6))
+        assert conn.execute(text("SELECT chunk FROM chunk_rows ORDER BY chunk")).scalars().all() == list(range(6))
     got = sqlite_store.series(run.id, "loss", None, 1000, None, None).points
     assert [(p.step, p.value) for p in got] == [(s, float(s)) for s in range(100)]
     _pack_every(monkeypatch, 64)
@@ -248,7 +248,7 @@ def test_sqlite_packs_sealed_points_too(sqlite_store: SqlStore, monkeypatch: pyt
     for step in range(100):
         sqlite_store.ingest(run.id, uuid.uuid4().hex, [Point("loss", step, float(step))])
     with sqlite_store.engine.connect() as conn:
-        q = text("SELECT chunk FROM metric_chunks WHERE run_id = :r ORDER BY chunk")
+        q = text("SELECT chunk FROM chunk_rows WHERE run_id = :r ORDER BY chunk")
         assert conn.execute(q, {"r": run.id}).scalars().all() == [0, 4, 5]
     got = sqlite_store.series(run.id, "loss", None, 1000, None, None).points
     assert [(p.step, p.value) for p in got] == [(s, float(s)) for s in range(100)]
@@ -294,10 +294,9 @@ def test_sqlite_reads_events_through_the_partial_indexes(sqlite_store: SqlStore)
     event.listen(sqlite_store.engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
     got = sqlite_store.series(run.id, "loss", None, 20, None, None)
     assert got.downsampled and any(math.isnan(p.value) and p.step == 40 for p in got.points)
-    for index in ("ix_metric_points_nonfinite", "ix_metric_chunks_nonfinite"):
+    for index in ("ix_metric_points_nonfinite", "ix_metric_chunks_nonfinite", "ix_open_chunks_nonfinite"):
         statement = next(s for s in seen if f"INDEXED BY {index}" in s)
+        params = (run.id, 1, -1, 0, 199) * (statement.count("?") // 5)  # one set per table read
         with sqlite_store.engine.connect() as conn:
-            plan = " ".join(
-                str(r[-1]) for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", (run.id, 1, -1, 0, 199))
-            )
+            plan = " ".join(str(r[-1]) for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", params))
         assert index in plan

@@ -21,7 +21,7 @@ from hyperwatch.monitor.store import SqlStore, migrate
 from hyperwatch.monitor.store.names import MAX_NAMES_PER_BATCH
 from tests.monitor.conftest import AUTH, create_run, make_client
 
-NAME_TABLES = ("metric_points", "metric_chunks", "metric_rollups", "series_latest", "point_batches")
+NAME_TABLES = ("metric_points", "metric_chunks", "open_chunks", "metric_rollups", "series_latest", "point_batches")
 
 
 def _names(store: SqlStore) -> list[tuple[int, str]]:

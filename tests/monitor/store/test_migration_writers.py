@@ -119,9 +119,10 @@ def _stored_steps(engine: Engine) -> set[int]:
     tables = set(inspect(engine).get_table_names())
     with engine.connect() as conn:
         steps = {int(s) for (s,) in conn.execute(text("SELECT step FROM metric_points WHERE run_id = 1"))}
-        if "metric_chunks" in tables:
-            for c, blob in conn.execute(text("SELECT chunk, data FROM metric_chunks WHERE run_id = 1")):
-                steps |= {s for s, _t, _v in chunks.decode(int(c), bytes(blob))}
+        for table in ("metric_chunks", "open_chunks"):  # open_chunks: since 0015
+            if table in tables:
+                for c, blob in conn.execute(text(f"SELECT chunk, data FROM {table} WHERE run_id = 1")):
+                    steps |= {s for s, _t, _v in chunks.decode(int(c), bytes(blob))}
         if "point_batches" in tables and engine.dialect.name == "postgresql":
             for (arr,) in conn.execute(text("SELECT step FROM point_batches WHERE run_id = 1")):
                 steps |= set(arr)

@@ -34,11 +34,11 @@ def _step(store: SqlStore, run_id: int, ref: Ref, step: int, layers: int = 4, sc
 
 
 def _counts(store: SqlStore) -> tuple[int, int, int]:
-    """(metric_points rows, point_batches rows, metric_chunks rows)."""
+    """(metric_points rows, point_batches rows, chunk rows of both tables)."""
     with store.engine.connect() as conn:
         return tuple(  # type: ignore[return-value]
             conn.execute(text(f"SELECT count(*) FROM {t}")).scalar()
-            for t in ("metric_points", "point_batches", "metric_chunks")
+            for t in ("metric_points", "point_batches", "chunk_rows")
         )
 
 

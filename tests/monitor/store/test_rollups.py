@@ -140,7 +140,7 @@ def test_concurrent_writers_of_the_same_blocks_stay_exact(store: SqlStore) -> No
 def _assert_split_at_boundary(store: SqlStore) -> None:
     """Chunks are in play, and every hot point lies at or past its series' sealed boundary."""
     with store.engine.connect() as conn:
-        n_chunks = conn.execute(text("SELECT count(*) FROM metric_chunks")).scalar()
+        n_chunks = conn.execute(text("SELECT count(*) FROM chunk_rows")).scalar()
         late = conn.execute(
             text(
                 f"SELECT count(*) FROM {hot_relation(store.engine.dialect.name)} AS p JOIN series_latest AS s "

@@ -50,7 +50,7 @@ def _tables(store: SqlStore, run_id: int) -> tuple[Table, Table]:
     with store.engine.connect() as conn:
         packed = [
             (*r[1:5], bytes(r[5]), *r[6:])
-            for r in conn.execute(text("SELECT * FROM metric_chunks WHERE run_id = :r ORDER BY 2, 3, 4"), {"r": run_id})
+            for r in conn.execute(text("SELECT * FROM chunk_rows WHERE run_id = :r ORDER BY 2, 3, 4"), {"r": run_id})
         ]
         sql = "SELECT * FROM metric_rollups WHERE run_id = :r ORDER BY 2, 3, 4, 5"
         rollups = [tuple(r[1:]) for r in conn.execute(text(sql), {"r": run_id})]

@@ -71,7 +71,7 @@ def test_every_point_reads_back_bit_for_bit(store: SqlStore) -> None:
     _send(store, run.id, want, [Point("loss", 3000, math.nan, layer=1), Point("loss", 4000, math.inf, layer=1)])
     with store.engine.connect() as conn:
         ids = {name: store._name_id(conn, name, create=False) for name in ("attention_z", "loss")}
-        versions = conn.execute(text("SELECT chunk, data FROM metric_chunks WHERE run_id = :r"), {"r": run.id}).all()
+        versions = conn.execute(text("SELECT chunk, data FROM chunk_rows WHERE run_id = :r"), {"r": run.id}).all()
     expect = {(ids[n], la, s): v for (n, la, s), v in want.items()}
     assert _stored(store, run.id) == expect
     assert {bytes(b)[0] for _c, b in versions} == {1, 2}
@@ -79,7 +79,7 @@ def test_every_point_reads_back_bit_for_bit(store: SqlStore) -> None:
 
     store.update_run(run.id, {"status": "finished"})  # a stopped run: its open ranges are packed too
     with store.engine.connect() as conn:
-        rows = conn.execute(text("SELECT chunk, data FROM metric_chunks WHERE run_id = :r"), {"r": run.id}).all()
+        rows = conn.execute(text("SELECT chunk, data FROM chunk_rows WHERE run_id = :r"), {"r": run.id}).all()
     assert {bytes(b)[0] for _c, b in rows} == {2}
     assert _stored(store, run.id) == expect
     _send(store, run.id, want, [point(s, la) for s in (9, 2555, 4001, 4002) for la in range(4)])  # and after

@@ -1,0 +1,176 @@
+"""Revision 0015: a running run's open ranges in ``open_chunks``, what no longer changes in
+``metric_chunks`` (issue 36), on both databases: where each row lives while a run runs, stops, runs
+again and takes a late write; the migration both ways, with a writer committing in the gap."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from typing import Any
+
+import pytest
+from sqlalchemy import event, inspect, text
+
+from hyperwatch.hooks.schema import Point
+from hyperwatch.monitor.store import SqlStore, chunks, migrate, segcodec
+from hyperwatch.monitor.store.models import SEGMENT_CHUNKS
+from tests.monitor.store.test_migration_writers import Gap, _check, _run_held, _seed, _stored_steps
+
+BEFORE = "0014_compressed_segments"
+
+
+def _rows(store: SqlStore, table: str, run_id: int) -> dict[tuple[int, int, int], bytes]:
+    with store.engine.connect() as conn:
+        q = text(f"SELECT name_id, layer, chunk, data FROM {table} WHERE run_id = :r")
+        return {(int(n), int(la), int(c)): bytes(d) for n, la, c, d in conn.execute(q, {"r": run_id})}
+
+
+def _points(store: SqlStore, run_id: int) -> list[tuple[Any, ...]]:
+    with store.engine.connect() as conn:
+        return [(*p[:5], repr(p[5])) for p in chunks.all_points(conn, run_id)]  # repr: NaN == NaN
+
+
+def _span(blob: bytes) -> int:
+    return segcodec.span(blob[:8]) if blob[0] == segcodec.VERSION else 1
+
+
+def _send(store: SqlStore, run_id: int, lo: int, hi: int) -> None:
+    for s0 in range(lo, hi, 50):
+        pts = [
+            Point("loss", s, math.nan if s == 7 else math.inf if s == 1500 else 1.0 / (s + 1), layer=la, tokens=8 * s)
+            for s in range(s0, min(s0 + 50, hi))
+            for la in (0, 1)
+        ]
+        store.ingest(run_id, uuid.uuid4().hex, pts)
+
+
+def _no_key_twice(store: SqlStore) -> None:
+    with store.engine.connect() as conn:
+        both = conn.execute(
+            text("SELECT count(*) FROM metric_chunks m JOIN open_chunks o USING (run_id, name_id, layer, chunk)")
+        ).scalar()
+    assert both == 0
+
+
+def test_rows_move_from_open_to_sealed_as_a_run_runs_stops_and_runs_again(store: SqlStore) -> None:
+    run, _ = store.upsert_run("default", "r", {})
+    _send(store, run.id, 0, 340)  # packed at 288 (passing 256), then chunks 18-20 per series: all open
+    assert _rows(store, "metric_chunks", run.id) == {}
+    open_rows = _rows(store, "open_chunks", run.id)
+    assert {k: _span(b) for k, b in open_rows.items() if k[1] == 0} == {
+        (1, 0, 0): 18,
+        (1, 0, 18): 1,
+        (1, 0, 19): 1,
+        (1, 0, 20): 1,
+    }
+    before = _points(store, run.id)
+    assert [p[3] for p in before if p[2] == 0] == list(range(340))
+
+    store.update_run(run.id, {"status": "finished"})  # stopped: its open ranges final, out of open_chunks
+    assert _rows(store, "open_chunks", run.id) == {}
+    sealed = _rows(store, "metric_chunks", run.id)
+    assert {k: _span(b) for k, b in sealed.items()} == {(1, 0, 0): 21, (1, 1, 0): 21}
+    assert _points(store, run.id) == before
+
+    store.update_run(run.id, {"status": "running"})
+    _send(store, run.id, 340, 2100)  # seals ranges 0 and 1 (whole: the sealed table), packs range 2 (open)
+    _no_key_twice(store)
+    sealed, open_rows = _rows(store, "metric_chunks", run.id), _rows(store, "open_chunks", run.id)
+    assert {k: _span(b) for k, b in sealed.items()} == {(1, la, c): SEGMENT_CHUNKS for la in (0, 1) for c in (0, 64)}
+    assert open_rows and all(c >= 2 * SEGMENT_CHUNKS for _n, _la, c in open_rows)
+    got = _points(store, run.id)
+    assert [p[3] for p in got if p[2] == 1] == list(range(2100))
+    assert [p[5] for p in got if p[2] == 0 and p[3] in (7, 1500)] == ["None", "inf"]  # NaN is NULL
+
+
+def test_a_late_write_into_a_stopped_runs_partial_segment_keeps_one_row(store: SqlStore) -> None:
+    run, _ = store.upsert_run("default", "late", {})
+    _send(store, run.id, 0, 340)
+    store.update_run(run.id, {"status": "finished"})
+    store.ingest(run.id, uuid.uuid4().hex, [Point("loss", 100, 42.0, layer=0), Point("loss", 290, -1.0, layer=1)])
+    _no_key_twice(store)
+    got = {(p[2], p[3]): p[5] for p in _points(store, run.id)}
+    assert got[(0, 100)] == "42.0" and got[(1, 290)] == "-1.0" and len(got) == 680
+    assert store.series(run.id, "loss", 0, 1000, None, None).points[100].value == 42.0
+
+
+def test_0015_moves_the_open_rows_both_ways(db_url: str) -> None:
+    store = SqlStore(db_url)
+    try:
+        migrate.upgrade(store.engine)
+        running, _ = store.upsert_run("default", "running", {})
+        stopped, _ = store.upsert_run("default", "stopped", {})
+        for run_id in (running.id, stopped.id):
+            _send(store, run_id, 0, 1400)
+        store.update_run(stopped.id, {"status": "crashed"})
+        tables = {
+            t: {r: _rows(store, t, r) for r in (running.id, stopped.id)} for t in ("metric_chunks", "open_chunks")
+        }
+        assert tables["open_chunks"][stopped.id] == {} and tables["open_chunks"][running.id]
+        points = {r: _points(store, r) for r in (running.id, stopped.id)}
+
+        migrate.downgrade(store.engine, BEFORE)
+        assert "open_chunks" not in inspect(store.engine).get_table_names()
+        assert {r: _points(store, r) for r in points} == points
+        migrate.upgrade(store.engine)
+        assert {t: {r: _rows(store, t, r) for r in (running.id, stopped.id)} for t in tables} == tables
+        assert {r: _points(store, r) for r in points} == points
+    finally:
+        store.close()
+
+
+def _v1_chunk(table: str) -> Any:
+    def write(conn: Any) -> None:  # a service's batch that seals chunk 3 (steps 48-63)
+        blob, nf = chunks.encode(3, [(s, None, s / 2) for s in range(48, 64)])
+        mark = "?" if conn.__class__.__module__.startswith("sqlite3") else "%s"
+        conn.execute(
+            f"INSERT INTO {table} (run_id, name_id, layer, chunk, nonfinite, data) VALUES (1, 1, -1, 3, {mark}, {mark})",
+            (nf, blob),
+        )
+
+    return write
+
+
+@pytest.mark.parametrize("move", ["up", "down"])
+def test_0015_keeps_a_chunk_committed_in_the_gap(db_url: str, move: str) -> None:
+    store = SqlStore(db_url)
+    try:
+        pg = store.engine.dialect.name == "postgresql"
+        migrate.upgrade(store.engine, "0013_webhooks")
+        _seed(store.engine, pending=False, rows=[32, 33], chunk0=True)
+        migrate.upgrade(store.engine, BEFORE)
+        if move == "down":
+            migrate.upgrade(store.engine)
+        before = _stored_steps(store.engine)
+        assert set(range(16)) <= before
+        if move == "up":  # held after the copy into open_chunks, before the delete from metric_chunks
+            gap = Gap(db_url, "INSERT INTO open_chunks", _v1_chunk("metric_chunks"))
+            _run_held(store, gap, lambda: migrate.upgrade(store.engine))
+        else:
+            gap = Gap(db_url, "INSERT INTO metric_chunks", _v1_chunk("open_chunks"))
+            _run_held(store, gap, lambda: migrate.downgrade(store.engine, BEFORE))
+        _check(store, gap, before, set(range(48, 64)))
+        # SQLite: the migration holds the write lock; PostgreSQL: the writer waits for it, then
+        # commits into the new layout (up) or finds its table gone (down)
+        if pg and move == "up":
+            assert gap.outcome == ["committed"], gap.outcome
+        else:
+            assert gap.outcome[0].startswith("refused"), gap.outcome
+    finally:
+        store.close()
+
+
+def test_0015_locks_before_it_moves(sqlite_url: str) -> None:
+    store = SqlStore(sqlite_url)
+    seen: list[str] = []
+    try:
+        migrate.upgrade(store.engine, BEFORE)
+        event.listen(store.engine, "before_cursor_execute", lambda *a: seen.append(" ".join(a[2].split())))
+        migrate.upgrade(store.engine)
+        migrate.downgrade(store.engine, BEFORE)
+    finally:
+        store.close()
+    lock = "UPDATE alembic_version SET version_num = version_num"
+    moves = [i for i, s in enumerate(seen) if s.startswith(("INSERT INTO open_chunks", "INSERT INTO metric_chunks"))]
+    locks = [i for i, s in enumerate(seen) if s == lock]
+    assert len(moves) == 2 and len(locks) >= 2 and locks[0] < moves[0] and locks[1] < moves[1], seen
