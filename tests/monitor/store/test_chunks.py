@@ -23,7 +23,7 @@ from sqlalchemy import event, text
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import SqlStore, chunks, points, segments
 from hyperwatch.monitor.store.compact import boundary
-from hyperwatch.monitor.store.hot import CHUNKS_EVERY, HotVacuum
+from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.models import CHUNK_STEPS, hot_relation
 
 W = CHUNK_STEPS
@@ -210,25 +210,25 @@ def test_hot_table_is_vacuumed_on_postgresql(store: SqlStore) -> None:
     assert store.hot_vacuum.runs == (1 if store.engine.dialect.name == "postgresql" else 0)
 
 
-def test_open_chunk_table_is_vacuumed_every_few_hot_vacuums(pg_store: SqlStore) -> None:
-    """Every CHUNKS_EVERY-th vacuum also takes ``open_chunks`` (its packed chunks' space reused)."""
+def test_every_hot_vacuum_takes_the_open_chunks(pg_store: SqlStore) -> None:
+    """The open ranges' churn (``open_chunks``) is vacuumed with the hot tables, every time."""
 
     def vacuums(table: str) -> int:
         with pg_store.engine.connect() as conn:
             q = text("SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = :t")
             return int(conn.execute(q, {"t": table}).scalar_one())
 
-    before = {t: vacuums(t) for t in ("open_chunks", "point_batches")}
+    tables = ("open_chunks", "point_batches", "metric_chunks")
+    before = {t: vacuums(t) for t in tables}
     hv = pg_store.hot_vacuum = HotVacuum(pg_store.engine, after_rows=1)
-    for _ in range(2 * CHUNKS_EVERY):
+    for _ in range(3):
         hv.moved(1)
         hv.wait()
-    assert hv.runs == 2 * CHUNKS_EVERY
+    assert hv.runs == 3
     deadline = time.monotonic() + 10
-    while vacuums("point_batches") - before["point_batches"] < 2 * CHUNKS_EVERY and time.monotonic() < deadline:
+    while vacuums("open_chunks") - before["open_chunks"] < 3 and time.monotonic() < deadline:
         time.sleep(0.1)  # statistics reach the view shortly after the vacuum
-    assert vacuums("point_batches") - before["point_batches"] == 2 * CHUNKS_EVERY
-    assert vacuums("open_chunks") - before["open_chunks"] == 2
+    assert {t: vacuums(t) - before[t] for t in tables} == {"open_chunks": 3, "point_batches": 3, "metric_chunks": 0}
 
 
 def test_sqlite_packs_sealed_points_too(sqlite_store: SqlStore, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -123,10 +123,8 @@ def _v1_chunk(table: str) -> Any:
     def write(conn: Any) -> None:  # a service's batch that seals chunk 3 (steps 48-63)
         blob, nf = chunks.encode(3, [(s, None, s / 2) for s in range(48, 64)])
         mark = "?" if conn.__class__.__module__.startswith("sqlite3") else "%s"
-        conn.execute(
-            f"INSERT INTO {table} (run_id, name_id, layer, chunk, nonfinite, data) VALUES (1, 1, -1, 3, {mark}, {mark})",
-            (nf, blob),
-        )
+        cols = "run_id, name_id, layer, chunk, nonfinite, data"
+        conn.execute(f"INSERT INTO {table} ({cols}) VALUES (1, 1, -1, 3, {mark}, {mark})", (nf, blob))
 
     return write
 
@@ -173,4 +171,20 @@ def test_0015_locks_before_it_moves(sqlite_url: str) -> None:
     lock = "UPDATE alembic_version SET version_num = version_num"
     moves = [i for i, s in enumerate(seen) if s.startswith(("INSERT INTO open_chunks", "INSERT INTO metric_chunks"))]
     locks = [i for i, s in enumerate(seen) if s == lock]
-    assert len(moves) == 2 and len(locks) >= 2 and locks[0] < moves[0] and locks[1] < moves[1], seen
+    # up: into open_chunks, then metric_chunks rebuilt as a rowid table; down: back, then rebuilt again
+    assert len(moves) == 4 and len(locks) == 2 and locks[0] < moves[0] < moves[1] < locks[1] < moves[2], seen
+
+
+def test_sqlite_keeps_sealed_rows_in_a_rowid_table_and_open_ones_without(sqlite_url: str) -> None:
+    store = SqlStore(sqlite_url)
+    try:
+        migrate.upgrade(store.engine)
+        with store.engine.connect() as conn:
+            ddl = dict(conn.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type = 'table'").all())
+        assert "WITHOUT ROWID" not in ddl["metric_chunks"] and "WITHOUT ROWID" in ddl["open_chunks"]
+        migrate.downgrade(store.engine, BEFORE)
+        with store.engine.connect() as conn:
+            ddl = dict(conn.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type = 'table'").all())
+        assert "WITHOUT ROWID" in ddl["metric_chunks"] and "open_chunks" not in ddl
+    finally:
+        store.close()
