@@ -30,4 +30,4 @@ def test_storage_parts_quick_names_where_the_bytes_go() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {line.split("|")[1].strip() for line in done.stdout.splitlines() if line.startswith("| ")}
-    assert {"metric_chunks", "metric_chunks (indexes)", "<free pages>", "**all**"} <= rows, done.stdout
+    assert {"metric_chunks", "metric_chunks index pk_metric_chunks", "<free pages>", "**all**"} <= rows, done.stdout
