@@ -142,6 +142,18 @@ def _chunk_batch(conn: Any) -> None:  # a batch that seals chunk 1 (steps 16-31)
     conn.execute(f"INSERT INTO metric_chunks VALUES (1, 1, -1, 1, {mark}, {mark})", (nf, blob))
 
 
+def v1_chunk_writer(table: str) -> Callable[[Any], None]:
+    """A service's batch that seals chunk 3 (steps 48-63) into ``table``, on a DB-API connection."""
+
+    def write(conn: Any) -> None:
+        blob, nf = chunks.encode(3, [(s, None, s / 2) for s in range(48, 64)])
+        mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+        cols = "run_id, name_id, layer, chunk, nonfinite, data"
+        conn.execute(f"INSERT INTO {table} ({cols}) VALUES (1, 1, -1, 3, {mark}, {mark})", (nf, blob))
+
+    return write
+
+
 def _row_batch(conn: Any) -> None:  # a late step (5) stored as a row, below the sealed boundary
     conn.execute("INSERT INTO metric_points VALUES (1, 1, -1, 5, NULL, 2.5)")
 

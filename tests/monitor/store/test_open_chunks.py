@@ -14,7 +14,7 @@ from sqlalchemy import event, inspect, text
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import SqlStore, chunks, migrate, segcodec
 from hyperwatch.monitor.store.models import SEGMENT_CHUNKS
-from tests.monitor.store.test_migration_writers import Gap, _check, _run_held, _seed, _stored_steps
+from tests.monitor.store.test_migration_writers import Gap, _check, _run_held, _seed, _stored_steps, v1_chunk_writer
 
 BEFORE = "0014_compressed_segments"
 
@@ -119,16 +119,6 @@ def test_0015_moves_the_open_rows_both_ways(db_url: str) -> None:
         store.close()
 
 
-def _v1_chunk(table: str) -> Any:
-    def write(conn: Any) -> None:  # a service's batch that seals chunk 3 (steps 48-63)
-        blob, nf = chunks.encode(3, [(s, None, s / 2) for s in range(48, 64)])
-        mark = "?" if conn.__class__.__module__.startswith("sqlite3") else "%s"
-        cols = "run_id, name_id, layer, chunk, nonfinite, data"
-        conn.execute(f"INSERT INTO {table} ({cols}) VALUES (1, 1, -1, 3, {mark}, {mark})", (nf, blob))
-
-    return write
-
-
 @pytest.mark.parametrize("move", ["up", "down"])
 def test_0015_keeps_a_chunk_committed_in_the_gap(db_url: str, move: str) -> None:
     store = SqlStore(db_url)
@@ -142,10 +132,10 @@ def test_0015_keeps_a_chunk_committed_in_the_gap(db_url: str, move: str) -> None
         before = _stored_steps(store.engine)
         assert set(range(16)) <= before
         if move == "up":  # held after the copy into open_chunks, before the delete from metric_chunks
-            gap = Gap(db_url, "INSERT INTO open_chunks", _v1_chunk("metric_chunks"))
+            gap = Gap(db_url, "INSERT INTO open_chunks", v1_chunk_writer("metric_chunks"))
             _run_held(store, gap, lambda: migrate.upgrade(store.engine))
         else:
-            gap = Gap(db_url, "INSERT INTO metric_chunks", _v1_chunk("open_chunks"))
+            gap = Gap(db_url, "INSERT INTO metric_chunks", v1_chunk_writer("open_chunks"))
             _run_held(store, gap, lambda: migrate.downgrade(store.engine, BEFORE))
         _check(store, gap, before, set(range(48, 64)))
         # SQLite: the migration holds the write lock; PostgreSQL: the writer waits for it, then

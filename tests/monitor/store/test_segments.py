@@ -17,7 +17,7 @@ from sqlalchemy import event, text
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import SqlStore, chunks, migrate, segcodec
 from hyperwatch.monitor.store.models import SEGMENT_CHUNKS
-from tests.monitor.store.test_migration_writers import Gap, _check, _run_held, _seed, _stored_steps
+from tests.monitor.store.test_migration_writers import Gap, _check, _run_held, _seed, _stored_steps, v1_chunk_writer
 
 SPECIAL = (math.nan, math.inf, -math.inf, 0.0, 5e-324, 1.7976931348623157e308)
 """-0.0 is left out: SQLite stores an integral REAL as an integer, so a hot row reads it back as 0.0
@@ -147,12 +147,7 @@ def test_0014_moves_chunks_into_segments_and_back(db_url: str) -> None:
         store.close()
 
 
-def _v1_chunk(conn: Any) -> None:  # a 0013 service's batch that seals chunk 3 (steps 48-63)
-    blob, nf = chunks.encode(3, [(s, None, s / 2) for s in range(48, 64)])
-    mark = "?" if conn.__class__.__module__.startswith("sqlite3") else "%s"
-    cols = "run_id, name_id, layer, chunk, nonfinite, data"
-    sql = f"INSERT INTO metric_chunks ({cols}) VALUES (1, 1, -1, 3, {mark}, {mark})"
-    conn.execute(sql, (nf, blob))
+_v1_chunk = v1_chunk_writer("metric_chunks")  # a 0013 service's batch that seals chunk 3 (steps 48-63)
 
 
 @pytest.mark.parametrize("move", ["up", "down"])
