@@ -319,11 +319,13 @@ class OpenChunkRow(_ChunkColumns, Base):
 
 
 # segments are compressed already: TOAST keeps them out of line but does not compress them again (0014)
-for _table in (MetricChunkRow.__table__, OpenChunkRow.__table__):
+for _row in (MetricChunkRow, OpenChunkRow):
     event.listen(
-        _table,
+        _row.__table__,
         "after_create",
-        DDL(f"ALTER TABLE {_table.name} ALTER COLUMN data SET STORAGE EXTERNAL").execute_if(dialect="postgresql"),
+        DDL(f"ALTER TABLE {_row.__tablename__} ALTER COLUMN data SET STORAGE EXTERNAL").execute_if(
+            dialect="postgresql"
+        ),
     )
 
 
