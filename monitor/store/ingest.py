@@ -43,7 +43,7 @@ from sqlalchemy.engine import Connection
 
 from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.store import repair
-from hyperwatch.monitor.store.entities import GroupThresholds
+from hyperwatch.monitor.store.entities import ACTIVE_STATUS, GroupThresholds
 from hyperwatch.monitor.store.models import GroupRow, ProjectRow, RunRow
 from hyperwatch.monitor.store.points import SortedBatch, now_utc, write_points
 
@@ -189,7 +189,7 @@ def _lock_statement(by_name: bool, has_points: bool) -> Any:
         update(RunRow)
         .where(RunRow.id == target)
         .values(**values)
-        .returning(RunRow.id, RunRow.prior_token, RunRow.group_id, *group)
+        .returning(RunRow.id, RunRow.prior_token, RunRow.group_id, *group, RunRow.status)
     )
 
 
@@ -204,11 +204,12 @@ def new_token() -> int:
 
 def lock_run(
     conn: Connection, run: int | tuple[str, str], max_step: int | None, token: int
-) -> tuple[int, int, GroupThresholds | None]:
+) -> tuple[int, int, GroupThresholds | None, bool]:
     """Lock the run's row, record its progress and swap its ingest token for ``token`` (not without points).
 
     ``run``: an id, or (project, name). ``max_step``: the batch's highest step (None: no points).
-    Returns the run's id, the token the row held, and its group's threshold settings (None: no group).
+    Returns the run's id, the token the row held, its group's threshold settings (None: no group) and
+    whether the run is running (a stopped one's open ranges are packed into ``metric_chunks``).
     """
     params: dict[str, Any] = {"b_project": run[0], "b_name": run[1]} if isinstance(run, tuple) else {"b_run_id": run}
     if max_step is not None:
@@ -222,16 +223,17 @@ def lock_run(
                 f'POST /api/v1/runs {{"name": "{name}", "project": "{project}"}}'
             )
         raise NotFoundError(f"run id {run} not found; list runs with GET /api/v1/runs")
-    run_id, prior, group_id, thresholds, learn, learned = row
+    run_id, prior, group_id, thresholds, learn, learned, status = row
+    running = status in (None, ACTIVE_STATUS)
     if group_id is None:
-        return int(run_id), int(prior), None
+        return int(run_id), int(prior), None, running
     what = f"group id {group_id}"
     found = GroupThresholds(
         repair.thresholds(thresholds, f"{what} thresholds"),
         repair.learn_setting(learn, f"{what} learn_thresholds"),
         repair.learned(learned, f"{what} learned"),
     )
-    return int(run_id), int(prior), found
+    return int(run_id), int(prior), found, running
 
 
 def store_points(

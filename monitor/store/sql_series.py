@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection, Engine
 from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.core.errors import NotFoundError
-from hyperwatch.monitor.store import cardinality, incidents, matrix
+from hyperwatch.monitor.store import cardinality, incidents, matrix, segments
 from hyperwatch.monitor.store import downsample as ds
 from hyperwatch.monitor.store.base import Detector, DetectorFor
 from hyperwatch.monitor.store.engine import managed, retry_busy
@@ -147,7 +147,7 @@ class SeriesMixin:
         try:
             with managed(self.engine, f"store batch {batch_id} of {what}", write=True) as conn:
                 token = new_token()
-                run_id, prior, group = lock_run(conn, run, top, token)
+                run_id, prior, group, running = lock_run(conn, run, top, token)
                 seen = claim_batch(conn, run_id, batch_id, len(columns))
                 if seen is not None:
                     raise Duplicate(run_id, seen)
@@ -159,6 +159,9 @@ class SeriesMixin:
                     ids = cardinality.admit(conn, run_id, what, columns, known[0], self._name_ids, self.series_limits)
                     batch = SortedBatch.of(columns, ids)
                     moved, committed = store_points(conn, self.latest_steps, run_id, token, batch, known)
+                    if not running:  # points after the run stopped: its open ranges stay sealed (0015)
+                        opened = [t for _r, t in segments.open_ranges(conn, run_id)]
+                        segments.pack(conn, run_id, opened, tables=segments.STOPPED)
                 detector = None if detector_for is None else detector_for(run_id, group)
                 if detector is not None:
                     # same transaction: the batch and its alerts commit together or not at all (a retried

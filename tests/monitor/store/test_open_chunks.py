@@ -83,7 +83,7 @@ def test_rows_move_from_open_to_sealed_as_a_run_runs_stops_and_runs_again(store:
     assert [p[5] for p in got if p[2] == 0 and p[3] in (7, 1500)] == ["None", "inf"]  # NaN is NULL
 
 
-def test_a_late_write_into_a_stopped_runs_partial_segment_keeps_one_row(store: SqlStore) -> None:
+def test_writes_to_a_stopped_run_keep_one_row_per_key_and_nothing_open(store: SqlStore) -> None:
     run, _ = store.upsert_run("default", "late", {})
     _send(store, run.id, 0, 340)
     store.update_run(run.id, {"status": "finished"})
@@ -91,6 +91,10 @@ def test_a_late_write_into_a_stopped_runs_partial_segment_keeps_one_row(store: S
     _no_key_twice(store)
     got = {(p[2], p[3]): p[5] for p in _points(store, run.id)}
     assert got[(0, 100)] == "42.0" and got[(1, 290)] == "-1.0" and len(got) == 680
+    _send(store, run.id, 340, 400)  # new steps after the stop (a late flush): sealed where they land
+    assert _rows(store, "open_chunks", run.id) == {}
+    _no_key_twice(store)
+    assert [p[3] for p in _points(store, run.id) if p[2] == 0] == list(range(400))
     assert store.series(run.id, "loss", 0, 1000, None, None).points[100].value == 42.0
 
 
