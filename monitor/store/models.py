@@ -24,9 +24,8 @@ On PostgreSQL a point lives in one of three places (:mod:`monitor.store.compact`
   (:mod:`monitor.store.segcodec`, ~4.4 B/point on issue 36's workload), the open range's sealed part
   as a partial segment (packed every ``PACK_STEPS``), then at most 15 rows of 16 steps as below;
   each row keeps its min and max with their steps; ``data`` is ``STORAGE EXTERNAL`` on PostgreSQL
-  (a segment is TOASTed out of line, not compressed again). Since 0015 the rows a pack rewrites (a
-  running run's partial segments and 16-step chunks) live in ``open_chunks`` (same columns), so
-  ``metric_chunks`` only grows; reads select the view ``chunk_rows``, both. Before 0014:
+  (a segment is TOASTed out of line, not compressed again). Since 0015 a running run's partial segments
+  and 16-step chunks (what packs rewrite) are in ``open_chunks``; reads select ``chunk_rows``, both. Before 0014:
 - ``metric_chunks``, one row per series and 16 steps: the sealed points packed (steps as one
   offset when consecutive, tokens as ``t0 + dt * step`` when linear, the values as raw doubles:
   ~150 B for 16 points; see :mod:`monitor.store.chunks`). A chunk is written once, when the
@@ -302,10 +301,9 @@ def _chunk_table_args(name: str, rowid: bool) -> tuple[Any, ...]:
 
 
 class MetricChunkRow(_ChunkColumns, Base):
-    """Sealed rows: whole segments, and the partial segments of runs that stopped (since 0015). On
-    SQLite a rowid table since 0015: a row of up to ~990 bytes stays whole in a 1 KB leaf (a ``WITHOUT
-    ROWID`` row spilled past ~230 bytes, leaving most of an overflow page empty), and a longer one
-    fills its overflow pages, the remainder kept in the leaf; the key is the automatic index."""
+    """Whole segments, and stopped runs' partial ones (0015). A rowid table on SQLite since 0015: a row
+    of up to ~990 bytes stays in its 1 KB leaf, a longer one fills its overflow pages (a ``WITHOUT
+    ROWID`` row spilled past ~230 bytes, its last overflow page half empty)."""
 
     __tablename__ = "metric_chunks"
     __table_args__ = _chunk_table_args("metric_chunks", rowid=True)
@@ -320,13 +318,8 @@ class OpenChunkRow(_ChunkColumns, Base):
 
 # segments are compressed already: TOAST keeps them out of line but does not compress them again (0014)
 for _row in (MetricChunkRow, OpenChunkRow):
-    event.listen(
-        _row.__table__,
-        "after_create",
-        DDL(f"ALTER TABLE {_row.__tablename__} ALTER COLUMN data SET STORAGE EXTERNAL").execute_if(
-            dialect="postgresql"
-        ),
-    )
+    _external = DDL(f"ALTER TABLE {_row.__tablename__} ALTER COLUMN data SET STORAGE EXTERNAL")
+    event.listen(_row.__table__, "after_create", _external.execute_if(dialect="postgresql"))
 
 
 class MetricRollupRow(Base):

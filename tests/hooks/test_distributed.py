@@ -36,6 +36,10 @@ def _worker(rank: int, init: str, result_path: str) -> None:
             Path(result_path).write_text(json.dumps([[p.name, p.layer, p.value] for p in sink.points]))
         else:
             assert sink.points == []  # sinks live on rank 0 only
+        # both ranks done before either tears its connections down: a rank that destroyed its group
+        # while the other was still writing aborted once under load ("terminate called without an
+        # active exception", SIGABRT in gloo's teardown; the hooks' collectives are synchronous)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
