@@ -108,20 +108,24 @@ def crossed(keys: Sequence[SeriesKey], before: Sequence[int], after: Sequence[in
     return out
 
 
-def open_ranges(conn: Connection, run_id: int) -> list[tuple[int, Target]]:
-    """(run_id, target) of every open range of the run with rows in ``open_chunks`` (a run that
-    stopped: nothing will seal there for a while, so they are packed into ``metric_chunks`` now)."""
+def open_ranges(conn: Connection, run_id: int) -> list[Target]:
+    """Every open range of the run with rows in ``open_chunks``."""
     sql = (
-        f"SELECT DISTINCT c.run_id, c.name_id, c.layer, s.step FROM {OPEN_CHUNKS} c JOIN series_latest s "
+        f"SELECT DISTINCT c.name_id, c.layer, s.step FROM {OPEN_CHUNKS} c JOIN series_latest s "
         "ON s.run_id = c.run_id AND s.name_id = c.name_id AND s.layer = c.layer WHERE c.run_id = :r"
     )
-    params = {"r": run_id}
-    out: list[tuple[int, Target]] = []
-    for r, n, la, latest in conn.execute(text(sql), params):
+    out: set[Target] = set()
+    for n, la, latest in conn.execute(text(sql), {"r": run_id}):
         end = (int(latest) + 1) // CHUNK_STEPS
         if end > seg_floor(end):
-            out.append((int(r), (int(n), int(la), seg_floor(end), end)))
-    return sorted(set(out))
+            out.add((int(n), int(la), seg_floor(end), end))
+    return sorted(out)
+
+
+def seal_stopped(conn: Connection, run_id: int) -> None:
+    """A run that is not running: nothing will seal its open ranges for a while, so they are packed
+    into ``metric_chunks`` now (when it stops, and when points reach it after that)."""
+    pack(conn, run_id, open_ranges(conn, run_id), tables=STOPPED)
 
 
 def pack(

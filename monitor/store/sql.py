@@ -198,7 +198,7 @@ class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, SummaryMixin, Webhook
         values["updated_at"] = now_utc()
         conn.execute(update(RunRow).where(RunRow.id == run_id).values(**values))
         if values.get("status", ACTIVE_STATUS) != ACTIVE_STATUS:  # stopped: its open ranges packed (issue 36)
-            segments.pack(conn, run_id, [t for _r, t in segments.open_ranges(conn, run_id)], tables=segments.STOPPED)
+            segments.seal_stopped(conn, run_id)
         if "tags" in fields:
             conn.execute(delete(RunTagRow).where(RunTagRow.run_id == run_id))
             if fields["tags"]:

@@ -160,8 +160,7 @@ class SeriesMixin:
                     batch = SortedBatch.of(columns, ids)
                     moved, committed = store_points(conn, self.latest_steps, run_id, token, batch, known)
                     if not running:  # points after the run stopped: its open ranges stay sealed (0015)
-                        opened = [t for _r, t in segments.open_ranges(conn, run_id)]
-                        segments.pack(conn, run_id, opened, tables=segments.STOPPED)
+                        segments.seal_stopped(conn, run_id)
                 detector = None if detector_for is None else detector_for(run_id, group)
                 if detector is not None:
                     # same transaction: the batch and its alerts commit together or not at all (a retried
