@@ -68,7 +68,7 @@ bench-arms: $(STAMP) sysdeps
 # service's default), then every run a group's first (--no-learn). The search starts from EW_BASE (the
 # defaults before this benchmark chose any: growth factor 4), so no left-out family shaped its own thresholds.
 EWF_DIR ?= runs/bench/ewf
-EW_BASE ?= {"growth_factor": 4}
+EW_BASE ?= {"growth_factor": 4, "growth_recent": 0}
 bench-ew: $(STAMP) sysdeps
 	nice -n 5 $(BIN)/python bench/early_warning/ew_record.py --jobs 2 --out $(EWF_DIR) --workdir $(EWF_DIR)/work
 	$(BIN)/python bench/early_warning/ew_lofo.py $(EWF_DIR) --base '$(EW_BASE)' --json $(EWF_DIR)/lofo_learn.json

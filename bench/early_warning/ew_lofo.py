@@ -69,6 +69,7 @@ _D = DEFAULT_THRESHOLDS
 GRID: dict[str, list[float]] = {
     "attention_lse_max_limit": [30.0, 50.0, 80.0, 120.0, 200.0],
     "growth_factor": [4.0, 8.0, 16.0, 32.0, 64.0],
+    "growth_recent": [0.0, 1.0],
     **{
         k: [_D[k] * f for f in (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)]
         for k in (

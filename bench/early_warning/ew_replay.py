@@ -30,14 +30,21 @@ from ew_score import EFFICIENCY_RULES
 from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import base_name
 from hyperwatch.monitor.alerting.detectors import detect
-from hyperwatch.monitor.alerting.trends import _head_steps, fitted_log_rise
+from hyperwatch.monitor.alerting.trends import _head_steps, fitted_log_rise, growth_recent, recent_rise
 from hyperwatch.monitor.store.points import last_per_key
 from hyperwatch.monitor.thresholds.defaults import DEFAULT_THRESHOLDS, GROWTH_METRICS, thresholds_for
 
 RUN_ID = 1
 FAST_KEYS = frozenset(
-    {"attention_lse_max_limit", "growth_factor", "growth_info_fraction", *(f"{m}_growth_floor" for m in GROWTH_METRICS)}
+    {
+        "attention_lse_max_limit",
+        "growth_factor",
+        "growth_info_fraction",
+        "growth_recent",
+        *(f"{m}_growth_floor" for m in GROWTH_METRICS),
+    }
 )
+_NOT_LIMITS = {"growth_info_fraction", "growth_recent"}  # fast keys that are no limit (never set to inf to go quiet)
 COUNTED = frozenset({"warning", "critical"})  # an info alert pages nobody: never a warning
 Fired = tuple[str, str, int, str, int | None]  # rule, severity, step, name, layer
 SeriesKey = tuple[str, int | None]
@@ -172,11 +179,11 @@ class RunTrace:
         self.base = thresholds_for(base)
         n, need = int(self.base["growth_window"]), max(2, int(self.base["growth_min_points"]))
         # the rules but these two at the base: the same detect() with no series above an infinite limit
-        quiet = {**self.base, **{k: math.inf for k in FAST_KEYS if k != "growth_info_fraction"}}
-        fits: dict[tuple[tuple[int, float], ...], float] = {}  # a window's fitted rise (batches share windows)
+        quiet = {**self.base, **{k: math.inf for k in FAST_KEYS - _NOT_LIMITS}}
+        fits: dict[tuple[tuple[int, float], ...], tuple[float, float]] = {}  # a window's rises (whole, last half)
         fixed: list[tuple[int, Fired]] = []
         ceil: list[tuple[int, int, float, float, bool, str, int | None]] = []
-        grow: list[tuple[int, int, float, float, bool, float, float, bool, int, str, int | None]] = []
+        grow: list[tuple[int, int, float, float, bool, float, float, bool, int, str, int | None, float, float]] = []
         metric = {m: i for i, m in enumerate(GROWTH_METRICS)}
         for b, cols, reader, new in _replayed(self.batches, quiet):
             fixed += [(b, a) for a in new]
@@ -196,12 +203,13 @@ class RunTrace:
             keys = [(nm, la, pts[0][0]) for (nm, la), pts in series.items()]
             for ((nm, la), pts), before in zip(series.items(), reader.trailing_points(RUN_ID, keys, n)):
                 window = list(before)
-                was_ok, was_value, was_fit = _state(window, n, need, fits)
+                was_ok, was_value, was_fit, was_late = _state(window, n, need, fits)
                 for step, value in pts:
                     window = [*window, (step, value)][-n:]
-                    ok, _last, fit = _state(window, n, need, fits)
-                    grow.append((b, step, value, fit, ok, was_value, was_fit, was_ok, metric[nm], nm, la))
-                    was_ok, was_value, was_fit = ok, value, fit
+                    ok, _last, fit, late = _state(window, n, need, fits)
+                    point = (b, step, value, fit, ok, was_value, was_fit, was_ok, metric[nm], nm, la, late, was_late)
+                    grow.append(point)
+                    was_ok, was_value, was_fit, was_late = ok, value, fit, late
         self.fixed = [a for _b, a in fixed]
         self._fixed_counted = np.array(_counted_steps(self.fixed), dtype=np.int64)
         self._ceil_step = np.array([c[1] for c in ceil], dtype=np.int64)
@@ -218,6 +226,8 @@ class RunTrace:
         self._prev_ok = np.array([g[7] for g in grow], dtype=bool)
         self._grow_metric = np.array([g[8] for g in grow], dtype=np.int64)
         self._grow_where = [(g[9], g[10]) for g in grow]
+        self._grow_late = np.array([g[11] for g in grow], dtype=np.float64)
+        self._prev_late = np.array([g[12] for g in grow], dtype=np.float64)
 
     def fast(self, thresholds: dict[str, Any] | None) -> dict[str, float] | None:
         """The merged thresholds when they differ from the base only in :data:`FAST_KEYS`, else None."""
@@ -233,7 +243,11 @@ class RunTrace:
             ceil = np.isfinite(self._ceil_value) & (self._ceil_value > lim) & ~(self._ceil_prev > lim)
         rise = math.log(th["growth_factor"])
         floor = np.array([th[f"{m}_growth_floor"] for m in GROWTH_METRICS], dtype=np.float64)[self._grow_metric]
-        fit_ok, prev_fit_ok = self._grow_fit >= rise, self._prev_fit >= rise
+        with np.errstate(invalid="ignore"):
+            fit_ok, prev_fit_ok = self._grow_fit >= rise, self._prev_fit >= rise
+            if growth_recent(th):
+                fit_ok &= self._grow_late >= rise
+                prev_fit_ok &= self._prev_late >= rise
 
         def growing(level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             with np.errstate(invalid="ignore"):
@@ -293,18 +307,19 @@ def _counted_steps(alerts: Sequence[Fired]) -> list[int]:
 
 
 def _state(
-    window: list[tuple[int, float]], n: int, need: int, fits: dict[tuple[tuple[int, float], ...], float]
-) -> tuple[bool, float, float]:
-    """(enough points and both finite, last value, fitted rise) of a growth window: what
-    ``trends._growing`` reads before comparing with the floor and the factor."""
+    window: list[tuple[int, float]], n: int, need: int, fits: dict[tuple[tuple[int, float], ...], tuple[float, float]]
+) -> tuple[bool, float, float, float]:
+    """(enough points and both finite, last value, fitted rise, its last half's rise) of a growth window:
+    what ``trends._growing`` reads before comparing with the floor and the factor."""
     if len(window) < need or not window:
-        return False, math.nan, math.nan
+        return False, math.nan, math.nan, math.nan
     last = window[-1][1]
     key = tuple(window[-n:])
-    fitted = fits.get(key)
-    if fitted is None:
-        fitted = fits[key] = fitted_log_rise(key)
-    return math.isfinite(last) and math.isfinite(fitted), last, fitted
+    found = fits.get(key)
+    if found is None:
+        found = fits[key] = (fitted_log_rise(key), recent_rise(key))
+    fitted, late = found
+    return math.isfinite(last) and math.isfinite(fitted), last, fitted, late
 
 
 # --- the Prometheus source: the recorded /metrics scrapes, with a threshold set's gauges written in ---
@@ -337,22 +352,36 @@ def recorded_thresholds(columns: dict[str, list[float | None]]) -> dict[str, flo
     return out
 
 
+def _added_beside(columns: dict[str, list[float | None]], gauge: str, beside: str) -> str | None:
+    """A threshold gauge the recording service did not export yet (a later threshold), added with the
+    labels and the scrapes of ``beside``, a gauge it did export; None where that is missing too."""
+    col = _gauge_column(columns, beside)
+    if col is None:
+        return None
+    added = gauge + col[len(beside) :]
+    columns[added] = list(columns[col])
+    return added
+
+
 def with_thresholds(
     columns: dict[str, list[float | None]], thresholds: dict[str, float], keys: Sequence[str]
 ) -> tuple[dict[str, list[float | None]], list[str]]:
     """The scrapes with the gauges of ``keys`` set to ``thresholds`` (merged with the defaults) at every
-    scrape that recorded them; and the keys that could not be written (no gauge, or none recorded)."""
+    scrape that recorded them (a gauge the recording lacks, younger than it, at every scrape that holds the
+    growth factor's); and the keys that could not be written (no gauge, or neither recorded)."""
     gauges = threshold_gauges()
     th = thresholds_for(thresholds)
     out = dict(columns)
     missing: list[str] = []
     for key in keys:
         col = _gauge_column(columns, gauges[key][0]) if key in gauges else None
+        if col is None and key in gauges:
+            col = _added_beside(out, gauges[key][0], gauges["growth_factor"][0])
         if col is None:
             missing.append(key)
             continue
         value = math.log(th[key]) if gauges[key][1] else th[key]
-        out[col] = [None if v is None else value for v in columns[col]]
+        out[col] = [None if v is None else value for v in out[col]]
     return out, missing
 
 

@@ -110,6 +110,10 @@ TREND_GAUGES: dict[str, tuple[str, str]] = {
         "growth_info_fraction",
         "The group threshold growth_info_fraction: a climb above this fraction of its floor, but below it, is info",
     ),
+    "growth_recent": (
+        "growth_recent",
+        "The group threshold growth_recent: 1 when a climb's last half must keep its pace (0: the whole window alone)",
+    ),
     "sigma_spike_multiple": ("sigma_spike_multiple", "The group threshold sigma_spike_multiple (loss, grad norm)"),
     "sigma_spike_min_relative": ("sigma_spike_min_relative", "The group threshold sigma_spike_min_relative"),
     "loss_shift_multiple": ("loss_shift_multiple", "The group threshold loss_shift_multiple (standard errors)"),

@@ -170,6 +170,7 @@ def growth(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, 
     need = max(2, int(th["growth_min_points"]))
     rise = log_factor(th)
     info = growth_info_fraction(th)
+    recent = growth_recent(th)
     series = _collect(
         cols, lambda name: info * th[f"{name}_growth_floor"] if name in GROWTH_METRICS else None, strict=False
     )
@@ -178,10 +179,10 @@ def growth(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, 
         window = list(before)
         floor = th[f"{name}_growth_floor"]
         floors = (("warning", floor), ("info", info * floor)) if info < 1 else (("warning", floor),)
-        was = {tier: _growing(window, n, need, rise, level) for tier, level in floors}
+        was = {tier: _growing(window, n, need, rise, level, recent) for tier, level in floors}
         for step, value in pts:
             window = [*window, (step, value)][-n:]
-            now = {tier: _growing(window, n, need, rise, level) for tier, level in floors}
+            now = {tier: _growing(window, n, need, rise, level, recent) for tier, level in floors}
             # the highest tier that starts to hold; an info climb that turns into a warning raises both
             tier = next((t for t, _ in floors if now[t] and not was[t]), None)
             if tier is not None and not (tier == "info" and now["warning"]):
@@ -202,14 +203,35 @@ def growth_info_fraction(th: dict[str, float]) -> float:
     return min(1.0, max(0.0, th.get("growth_info_fraction", 1.0)))
 
 
-def _growing(window: list[tuple[int, float]], n: int, need: int, rise: float, floor: float) -> bool:
+def growth_recent(th: dict[str, float]) -> bool:
+    """Whether the window's last half must climb too (``growth_recent`` 1)."""
+    return th.get("growth_recent", 0.0) >= 0.5
+
+
+def recent_rise(window: Sequence[tuple[int, float]]) -> float:
+    """The fitted rise of the window's last half (its later ``len // 2`` points, at least two), carried
+    over the whole window's span: what the window would have risen at the pace of its last half."""
+    tail = window[-max(2, len(window) // 2) :]
+    span, tail_span = window[-1][0] - window[0][0], tail[-1][0] - tail[0][0]
+    fitted = fitted_log_rise(tail)
+    return fitted * span / tail_span if tail_span > 0 and math.isfinite(fitted) else math.nan
+
+
+def _growing(
+    window: list[tuple[int, float]], n: int, need: int, rise: float, floor: float, recent: bool = False
+) -> bool:
     if len(window) < need or not window:
         return False
     last = window[-1][1]
     if not (math.isfinite(last) and last >= floor):
         return False
     fitted = fitted_log_rise(window[-n:])
-    return math.isfinite(fitted) and fitted >= rise
+    if not (math.isfinite(fitted) and fitted >= rise):
+        return False
+    if not recent:
+        return True
+    late = recent_rise(window[-n:])
+    return math.isfinite(late) and late >= rise
 
 
 def persistent_spike(

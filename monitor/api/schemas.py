@@ -327,6 +327,14 @@ class Thresholds(Strict):
         allow_inf_nan=False,
         description="a climb at or above this fraction of its floor, but below it, is raised as info (1: no info tier)",
     )
+    growth_recent: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="1: a climb counts only while the window's last half keeps its pace (a settling climb is "
+        "learning); 0: the whole window's fit alone",
+    )
     loss_spike_window: int | None = Field(
         default=None, ge=5, le=10_000, description="trailing loss values a loss spike is judged against"
     )

@@ -186,6 +186,8 @@ THRESHOLD_SETS: list[dict[str, Any]] = [
     {"growth_info_fraction": 0.5, "attention_lse_max_growth_floor": 20, "attention_lse_max_limit": 30},
     {"sigma_spike_multiple": 2},  # not a trace threshold: replayed in full
     {"growth_window": 8, "growth_min_points": 4},
+    {"growth_recent": 0},  # the whole window's fit alone: the settling climbs count again
+    {"growth_recent": 0, "growth_info_fraction": 0.5, "attention_lse_max_growth_floor": 20},
 ]
 
 
@@ -206,9 +208,10 @@ def test_the_trace_gives_the_full_replays_alerts_at_every_threshold_set(raw: Raw
 
 def test_info_alerts_are_replayed_but_never_a_warning() -> None:
     trace = RunTrace(cols_of(HEALTHY_LSE))
-    th = {"growth_info_fraction": 0.5, "attention_lse_max_growth_floor": 20}
+    th = {"growth_info_fraction": 0.5, "attention_lse_max_growth_floor": 20, "growth_recent": 0}
     assert [(a[0], a[1]) for a in trace.alerts(th)] == [("z_growth", "info")]
     assert trace.first_warnings(th, None) == (None, None)
+    assert trace.alerts({**th, "growth_recent": 1}) == []  # the rise settles: with its last half required, quiet
 
 
 SCRAPES: dict[str, list[float | None]] = {
@@ -225,7 +228,12 @@ def test_threshold_gauges_are_read_and_rewritten() -> None:
                                    "attention_lse_max_limit", "mlp_rms_growth_floor", "spike_window"])  # fmt: skip
     assert out['hyperwatch_run_logit_ceiling{project="default",run="r"}'] == [None, 80.0, 80.0]
     assert out['hyperwatch_run_growth_log_factor{project="default",run="r"}'][2] == pytest.approx(math.log(8))
-    assert missing == ["mlp_rms_growth_floor", "spike_window"]  # not recorded here; no gauge at all
+    assert missing == ["spike_window"]  # no gauge at all
+    # a threshold gauge the recording lacks (younger than it) is written beside the growth factor's, scrape for scrape
+    assert out['hyperwatch_run_mlp_rms_growth_floor{project="default",run="r"}'] == [None, 500.0, 500.0]
+    out, missing = with_thresholds(SCRAPES, {"growth_recent": 0}, ["growth_recent"])
+    assert out['hyperwatch_run_growth_recent{project="default",run="r"}'] == [None, 0.0, 0.0] and missing == []
+    assert 'hyperwatch_run_growth_recent{project="default",run="r"}' not in SCRAPES  # the input is left as it was
 
 
 def test_compare_recorded_names_what_differs() -> None:

@@ -16,9 +16,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hyperwatch.monitor.alerting.trends import (
+    _growing,
     fitted_log_rise,
     mean_shift,
     persistent_spike,
+    recent_rise,
     sigma_spike,
     theil_sen_slope,
 )
@@ -70,6 +72,21 @@ def test_theil_sen_and_sigma_spike_on_plain_series() -> None:
     assert persistent_spike([3.5, 3.4], flat, th) == (True, pytest.approx(3.01, abs=1e-3))  # held: both above one bar
     assert not persistent_spike([3.5, 3.01], flat, th)[0]  # a blip the next logged point does not repeat
     assert not persistent_spike([3.5, math.nan], flat, th)[0]  # a NaN is no confirmation (it has its own rule)
+
+
+def test_a_climb_that_settles_stops_counting_with_growth_recent() -> None:
+    """growth_recent: the window's last half must keep the pace the whole window needs. A steady climb
+    keeps it; one that rose 30x in its first half and went flat (logits while a model learns) does not."""
+    steps = list(range(0, 64, 4))  # 16 logged points
+    steady = [(s, 10.0 * math.exp(0.06 * s)) for s in steps]  # 37x over the window, the same pace throughout
+    settled = [(s, 10.0 * math.exp(0.12 * min(s, 28)) * (1 + 0.01 * (s % 8))) for s in steps]  # 29x, flat from 28
+    rise = math.log(8.0)
+    assert recent_rise(steady) == pytest.approx(fitted_log_rise(steady)) and recent_rise(steady) > rise
+    assert fitted_log_rise(settled) > rise > recent_rise(settled)
+    cases = ((steady, True, True), (steady, False, True), (settled, False, True), (settled, True, False))
+    for window, on, want in cases:
+        assert _growing(window, 16, 8, rise, floor=50.0, recent=on) is want
+    assert math.isnan(recent_rise([(0, 1.0), (0, 2.0)]))  # no span: no verdict
 
 
 def test_mean_shift_sees_a_step_that_stays_up_and_not_a_blip() -> None:
