@@ -341,14 +341,22 @@ def _gauge_column(columns: dict[str, list[float | None]], gauge: str) -> str | N
     return found[0] if len(found) == 1 else None
 
 
+BEFORE_GAUGE = {"growth_recent": 0.0}
+"""Thresholds younger than their gauge's first recordings: a recording that exported the growth factor
+but not these ran the rule before them, at these values."""
+
+
 def recorded_thresholds(columns: dict[str, list[float | None]]) -> dict[str, float]:
     """The thresholds the recording service exported (its first scrape that holds each gauge)."""
     out: dict[str, float] = {}
-    for key, (gauge, as_log) in threshold_gauges().items():
+    gauges = threshold_gauges()
+    for key, (gauge, as_log) in gauges.items():
         col = _gauge_column(columns, gauge)
         value = next((v for v in columns[col] if v is not None), None) if col else None
         if value is not None:
             out[key] = math.exp(value) if as_log else value
+        elif key in BEFORE_GAUGE and col is None and _gauge_column(columns, gauges["growth_factor"][0]):
+            out[key] = BEFORE_GAUGE[key]
     return out
 
 

@@ -244,8 +244,8 @@ def fast_rules(rules: str, for_: str = "0s", minute: str | None = None) -> str:
     for one logged step a minute (16 one-minute samples): in a demo that logs every step a few seconds
     apart, a 16-minute window holds the whole run and any rise of an indicator above its floor reads as
     a climb. ``minute`` (the scrape interval, e.g. ``"1s"``) maps each of their minutes to it: the
-    ranges, subquery steps and offsets, and the ``* 900`` that turns a per-second slope into the rise
-    over a window's 15-minute span. Thresholds, labels and the logic stay those of the file.
+    ranges, subquery steps and offsets, and the ``* 60`` that turns a per-second slope into the rise
+    per minute its samples span. Thresholds, labels and the logic stay those of the file.
     """
     out = re.sub(r"(?m)^(\s+)for: \S+$", rf"\g<1>for: {for_}", rules)
     if minute is None:
@@ -258,7 +258,7 @@ def fast_rules(rules: str, for_: str = "0s", minute: str | None = None) -> str:
     def expr(m: re.Match[str]) -> str:
         body = re.sub(r"(?<=[\[:])(\d+[hms])+(?=[\]:])", duration, m.group(0))  # [16m:1m], [15m30s]
         body = re.sub(r"(?<=offset )(\d+[hms])+", duration, body)
-        return re.sub(r"\* 900\b", f"* {900 * scale:g}", body)
+        return re.sub(r"\* 60 \* \(count_over_time", f"* {60 * scale:g} * (count_over_time", body)
 
     return re.sub(r"(?ms)^(\s+)expr: .*?(?=^\s+for: )", expr, out)
 

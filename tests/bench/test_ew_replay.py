@@ -224,6 +224,7 @@ SCRAPES: dict[str, list[float | None]] = {
 def test_threshold_gauges_are_read_and_rewritten() -> None:
     th = recorded_thresholds(SCRAPES)
     assert th["attention_lse_max_limit"] == 50.0 and th["growth_factor"] == pytest.approx(4.0)
+    assert th["growth_recent"] == 0.0 and "growth_recent" not in recorded_thresholds({})  # older than its gauge
     out, missing = with_thresholds(SCRAPES, {"attention_lse_max_limit": 80, "growth_factor": 8}, ["growth_factor",
                                    "attention_lse_max_limit", "mlp_rms_growth_floor", "spike_window"])  # fmt: skip
     assert out['hyperwatch_run_logit_ceiling{project="default",run="r"}'] == [None, 80.0, 80.0]
@@ -239,6 +240,7 @@ def test_threshold_gauges_are_read_and_rewritten() -> None:
 def test_compare_recorded_names_what_differs() -> None:
     trace = RunTrace(cols_of(PRE_FAULT))
     stored = [{"rule": "logit_ceiling", "severity": "critical", "step": 40, "name": "attention_lse_max", "layer": 0}]
-    assert compare_recorded(trace, SCRAPES, stored) == (F4, set(), set())  # the recording ran at factor 4
+    # the recording ran at factor 4, and (no growth_recent gauge beside its growth factor's) before growth_recent
+    assert compare_recorded(trace, SCRAPES, stored) == ({**F4, "growth_recent": 0.0}, set(), set())
     over, only_service, only_replay = compare_recorded(trace, {}, [*stored, {**stored[0], "step": 44}])
     assert (over, only_replay) == ({}, set()) and only_service == {("logit_ceiling", 44, "attention_lse_max", 0)}

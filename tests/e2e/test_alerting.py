@@ -54,9 +54,11 @@ def test_fast_rules_at_a_demo_pace_scale_only_the_wall_clock_windows() -> None:
     window held a whole demo run, and HyperP's healthy warm-up rise read as a climb)."""
     prod = RULES.read_text()
     fast = fast_rules(prod, minute="1s")
-    assert "[16000ms:1000ms]" in fast and "[16m:1m]" not in fast and "* 15)" not in fast
+    assert "[16000ms:1000ms]" in fast and "[16m:1m]" not in fast and "* 60 " not in fast
     growth = fast.split("alert: HyperWatchAttentionZGrowth\n", 1)[1].split("- alert:", 1)[0]
-    assert "deriv(ln(hyperwatch_run_attention_z_max)[16000ms:1000ms]) * 15 >=" in growth
+    z = "hyperwatch_run_attention_z_max"
+    assert f"deriv(ln({z})[16000ms:1000ms]) * 1 * (count_over_time({z}[15500ms]) - 1) >=" in growth
+    assert f"deriv(ln({z})[8000ms:1000ms]) * 1 * (count_over_time({z}[15500ms]) - 1) >=" in growth
     assert "count_over_time(hyperwatch_run_attention_z_max[16000ms]) >= 8" in growth
     shift = fast.split("alert: HyperWatchLossShift\n", 1)[1].split("- alert:", 1)[0]
     assert "[5500ms]" in shift and "offset 6000ms" in shift and "[15500ms]" in shift
@@ -65,8 +67,8 @@ def test_fast_rules_at_a_demo_pace_scale_only_the_wall_clock_windows() -> None:
     def code(text: str) -> list[str]:
         return [line for line in text.splitlines() if not line.lstrip().startswith("#")]
 
-    undo = code(re.sub(r"\d+ms", "D", fast).replace("* 15 ", "* S "))
-    assert undo == code(re.sub(r"([\[:]|offset )(\d+[hms])+", r"\1D", fast_rules(prod)).replace("* 900 ", "* S "))
+    undo = code(re.sub(r"\d+ms", "D", fast).replace("* 1 * (", "* S * ("))
+    assert undo == code(re.sub(r"([\[:]|offset )(\d+[hms])+", r"\1D", fast_rules(prod)).replace("* 60 * (", "* S * ("))
     with pytest.raises(ValueError, match="duration"):
         fast_rules(prod, minute="soon")
 
