@@ -317,7 +317,7 @@ def _state(
     key = tuple(window[-n:])
     found = fits.get(key)
     if found is None:
-        found = fits[key] = (fitted_log_rise(key), recent_rise(key))
+        found = fits[key] = (fitted_log_rise(key), recent_rise(key, n))
     fitted, late = found
     return math.isfinite(last) and math.isfinite(fitted), last, fitted, late
 

@@ -208,10 +208,11 @@ def growth_recent(th: dict[str, float]) -> bool:
     return th.get("growth_recent", 0.0) >= 0.5
 
 
-def recent_rise(window: Sequence[tuple[int, float]]) -> float:
-    """The fitted rise of the window's last half (its later ``len // 2`` points, at least two), carried
-    over the whole window's span: what the window would have risen at the pace of its last half."""
-    tail = window[-max(2, len(window) // 2) :]
+def recent_rise(window: Sequence[tuple[int, float]], n: int) -> float:
+    """The fitted rise of the window's last ``n // 2`` points (a full window's last half; while a run has
+    fewer than ``n`` points, still its last ``n // 2``, as Prometheus' 8-minute ``deriv`` reads them),
+    carried over the whole window's span: what the window would have risen at the pace of its end."""
+    tail = window[-max(2, n // 2) :]
     span, tail_span = window[-1][0] - window[0][0], tail[-1][0] - tail[0][0]
     fitted = fitted_log_rise(tail)
     return fitted * span / tail_span if tail_span > 0 and math.isfinite(fitted) else math.nan
@@ -230,7 +231,7 @@ def _growing(
         return False
     if not recent:
         return True
-    late = recent_rise(window[-n:])
+    late = recent_rise(window[-n:], n)
     return math.isfinite(late) and late >= rise
 
 

@@ -49,7 +49,7 @@ CASES: dict[str, tuple[str, float, dict[str, int]]] = {
     "neox-lr_x4-s0": ("wrong", 0.241, {"z_growth": 28, "logit_ceiling": 36}),
     "llama-lr_x16-s0": ("wrong", 0.752, {"logit_ceiling": 16, "z_growth": 28}),
     "sandwich-lr_x16-s0": ("wrong", 0.301, {"logit_ceiling": 20, "z_growth": 28}),
-    "moe-adam_beta2-s0": ("wrong", 0.158, {"z_growth": 28, "logit_ceiling": 76}),
+    "moe-no_warmup-s0": ("wrong", 0.168, {"z_growth": 28}),
     # faults from step 100: the LR x30 for 10 steps, and 10 steps of corrupted batches
     "sandwich-lr_bump-s0": (
         "wrong",
@@ -135,17 +135,20 @@ def test_a_healthy_rise_that_fires_on_a_groups_first_run_is_silenced_by_its_heal
     assert again == {} and "z_spike" in info  # its spike stays visible, as info
 
 
-def test_growth_recent_costs_a_warning_where_a_wrong_runs_climb_settles_early(client: TestClient) -> None:
-    """The price of ``growth_recent`` (bench/early_warning/FAMILIES.md), kept visible: the MoE without warm-up
-    (0.168 nats worse than its best) climbs 11x in attention Z by step 28 and then levels off, as healthy
-    runs do while they learn. The whole-window fit alone warned at step 28; with the last half required to
-    keep the pace, no paging alert comes (a group can set ``growth_recent`` 0 to get the old rule back)."""
-    now, _ = _first_paging(client, _stream(client, "moe-no_warmup-s0", run="recent-on"))
-    assert now == {}
+def test_growth_recent_quiets_two_seeds_it_cannot_tell_apart(client: TestClient) -> None:
+    """The gain and the price of ``growth_recent`` (bench/early_warning/FAMILIES.md), on two seeds of one arm:
+    post-LN at twice its best LR. Seed 0 ends 0.014 nats better than the best, seed 2 0.273 worse (it
+    stalls at the unigram loss after step 100); both climb in attention Z while they learn and pass the floor
+    as the climb levels off. The whole-window fit alone warned both (52 and 44); with the window's last 8
+    points required to keep the pace, neither pages: a false alarm gone, a warning lost. A group can set
+    ``growth_recent`` 0 to get the old rule back."""
     r = client.post("/api/v1/groups", json={"name": "whole-window", "thresholds": {"growth_recent": 0}}, headers=AUTH)
     assert r.status_code == 201, r.text
-    before, _ = _first_paging(client, _stream(client, "moe-no_warmup-s0", run="recent-off", group="whole-window"))
-    assert before == {"z_growth": 28}
+    for name, before in (("postln-lr_x2-s0", 52), ("postln-lr_x2-s2", 44)):
+        now, _ = _first_paging(client, _stream(client, name, run=f"{name}-now"))
+        assert now == {}
+        old, _ = _first_paging(client, _stream(client, name, run=f"{name}-old", group="whole-window"))
+        assert old == {"z_growth": before}
     bad = client.post("/api/v1/groups", json={"name": "bad", "thresholds": {"growth_recent": 2}}, headers=AUTH)
     assert bad.status_code == 422 and "growth_recent" in bad.json()["message"]
 

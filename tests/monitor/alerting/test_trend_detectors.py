@@ -81,12 +81,12 @@ def test_a_climb_that_settles_stops_counting_with_growth_recent() -> None:
     steady = [(s, 10.0 * math.exp(0.06 * s)) for s in steps]  # 37x over the window, the same pace throughout
     settled = [(s, 10.0 * math.exp(0.12 * min(s, 28)) * (1 + 0.01 * (s % 8))) for s in steps]  # 29x, flat from 28
     rise = math.log(8.0)
-    assert recent_rise(steady) == pytest.approx(fitted_log_rise(steady)) and recent_rise(steady) > rise
-    assert fitted_log_rise(settled) > rise > recent_rise(settled)
+    assert recent_rise(steady, 16) == pytest.approx(fitted_log_rise(steady)) and recent_rise(steady, 16) > rise
+    assert fitted_log_rise(settled) > rise > recent_rise(settled, 16)
     cases = ((steady, True, True), (steady, False, True), (settled, False, True), (settled, True, False))
     for window, on, want in cases:
         assert _growing(window, 16, 8, rise, floor=50.0, recent=on) is want
-    assert math.isnan(recent_rise([(0, 1.0), (0, 2.0)]))  # no span: no verdict
+    assert math.isnan(recent_rise([(0, 1.0), (0, 2.0)], 16))  # no span: no verdict
 
 
 def test_mean_shift_sees_a_step_that_stays_up_and_not_a_blip() -> None:
