@@ -112,7 +112,7 @@ TREND_GAUGES: dict[str, tuple[str, str]] = {
     ),
     "growth_recent": (
         "growth_recent",
-        "The group threshold growth_recent: 1 when a climb's last half must keep its pace (0: the whole window alone)",
+        "The group threshold growth_recent: 1 when a climb's last 8 points must keep its pace (0: the whole window)",
     ),
     "sigma_spike_multiple": ("sigma_spike_multiple", "The group threshold sigma_spike_multiple (loss, grad norm)"),
     "sigma_spike_min_relative": ("sigma_spike_min_relative", "The group threshold sigma_spike_min_relative"),

@@ -204,7 +204,7 @@ def growth_info_fraction(th: dict[str, float]) -> float:
 
 
 def growth_recent(th: dict[str, float]) -> bool:
-    """Whether the window's last half must climb too (``growth_recent`` 1)."""
+    """Whether the window's last ``growth_window // 2`` points must keep the pace too (``growth_recent`` 1)."""
     return th.get("growth_recent", 0.0) >= 0.5
 
 

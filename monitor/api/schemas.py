@@ -332,8 +332,8 @@ class Thresholds(Strict):
         ge=0,
         le=1,
         allow_inf_nan=False,
-        description="1: a climb counts only while the window's last half keeps its pace (a settling climb is "
-        "learning); 0: the whole window's fit alone",
+        description="1: a climb counts only while the window's last growth_window // 2 points keep its pace (a "
+        "settling climb is learning); 0: the whole window's fit alone",
     )
     loss_spike_window: int | None = Field(
         default=None, ge=5, le=10_000, description="trailing loss values a loss spike is judged against"
