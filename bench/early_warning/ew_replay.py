@@ -22,7 +22,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 from ew_score import EFFICIENCY_RULES
@@ -171,6 +171,35 @@ def _series(cols: PointColumns, wanted: np.ndarray) -> dict[SeriesKey, list[tupl
     return out
 
 
+class _WindowState(NamedTuple):
+    """What ``trends._growing`` reads of a growth window before comparing with the floor and the factor."""
+
+    ok: bool  # enough points, and the last value and the fitted rise finite
+    last: float  # the last value (NaN with too few points: not ok, whatever it is)
+    fit: float  # the whole window's fitted rise
+    late: float  # its last half's rise (``trends.recent_rise``)
+
+
+class _CeilingPoint(NamedTuple):
+    """What ``logit_ceiling`` sees at one logged point of a series it judges."""
+
+    step: int
+    value: float
+    prev: float  # the series' value before (-inf where none is stored)
+    is_z: bool  # attention Z, judged against the limit squared
+    where: SeriesKey
+
+
+class _GrowthPoint(NamedTuple):
+    """What ``z_growth`` sees at one logged point of a growth metric, and at the series' point before."""
+
+    step: int
+    now: _WindowState
+    prev: _WindowState
+    metric: int  # the index in GROWTH_METRICS
+    where: SeriesKey
+
+
 class RunTrace:
     """One run replayed once, then its alerts at any threshold set (see the module's doc)."""
 
@@ -181,12 +210,12 @@ class RunTrace:
         # the rules but these two at the base: the same detect() with no series above an infinite limit
         quiet = {**self.base, **{k: math.inf for k in FAST_KEYS - _NOT_LIMITS}}
         fits: dict[tuple[tuple[int, float], ...], tuple[float, float]] = {}  # a window's rises (whole, last half)
-        fixed: list[tuple[int, Fired]] = []
-        ceil: list[tuple[int, int, float, float, bool, str, int | None]] = []
-        grow: list[tuple[int, int, float, float, bool, float, float, bool, int, str, int | None, float, float]] = []
+        self.fixed: list[Fired] = []
+        ceil: list[_CeilingPoint] = []
+        grow: list[_GrowthPoint] = []
         metric = {m: i for i, m in enumerate(GROWTH_METRICS)}
-        for b, cols, reader, new in _replayed(self.batches, quiet):
-            fixed += [(b, a) for a in new]
+        for _b, cols, reader, new in _replayed(self.batches, quiet):
+            self.fixed += new
             is_ceil = np.array([nm == "attention_z" or base_name(nm) == "attention_lse_max" for nm in cols.names])
             series = _series(cols, is_ceil) if len(cols) else {}
             heads = _head_steps(cols) if any(nm == "attention_lse_max" for nm, _ in series) else set()
@@ -196,38 +225,36 @@ class RunTrace:
                     continue  # its heads are judged one by one
                 prev = before[-1][1] if before else -math.inf  # none stored: no previous value above a limit
                 for step, value in pts:
-                    ceil.append((b, step, value, prev, base_name(nm) == "attention_z", nm, la))
+                    ceil.append(_CeilingPoint(step, value, prev, base_name(nm) == "attention_z", (nm, la)))
                     prev = value
             is_grow = np.array([nm in metric for nm in cols.names], dtype=bool)
             series = _series(cols, is_grow) if len(cols) else {}
             keys = [(nm, la, pts[0][0]) for (nm, la), pts in series.items()]
             for ((nm, la), pts), before in zip(series.items(), reader.trailing_points(RUN_ID, keys, n)):
                 window = list(before)
-                was_ok, was_value, was_fit, was_late = _state(window, n, need, fits)
+                was = _state(window, n, need, fits)
                 for step, value in pts:
                     window = [*window, (step, value)][-n:]
-                    ok, _last, fit, late = _state(window, n, need, fits)
-                    point = (b, step, value, fit, ok, was_value, was_fit, was_ok, metric[nm], nm, la, late, was_late)
-                    grow.append(point)
-                    was_ok, was_value, was_fit, was_late = ok, value, fit, late
-        self.fixed = [a for _b, a in fixed]
+                    now = _state(window, n, need, fits)
+                    grow.append(_GrowthPoint(step, now, was, metric[nm], (nm, la)))
+                    was = now
         self._fixed_counted = np.array(_counted_steps(self.fixed), dtype=np.int64)
-        self._ceil_step = np.array([c[1] for c in ceil], dtype=np.int64)
-        self._ceil_value = np.array([c[2] for c in ceil], dtype=np.float64)
-        self._ceil_prev = np.array([c[3] for c in ceil], dtype=np.float64)
-        self._ceil_z = np.array([c[4] for c in ceil], dtype=bool)
-        self._ceil_where = [(c[5], c[6]) for c in ceil]
-        self._grow_step = np.array([g[1] for g in grow], dtype=np.int64)
-        self._grow_value = np.array([g[2] for g in grow], dtype=np.float64)
-        self._grow_fit = np.array([g[3] for g in grow], dtype=np.float64)
-        self._grow_ok = np.array([g[4] for g in grow], dtype=bool)
-        self._prev_value = np.array([g[5] for g in grow], dtype=np.float64)
-        self._prev_fit = np.array([g[6] for g in grow], dtype=np.float64)
-        self._prev_ok = np.array([g[7] for g in grow], dtype=bool)
-        self._grow_metric = np.array([g[8] for g in grow], dtype=np.int64)
-        self._grow_where = [(g[9], g[10]) for g in grow]
-        self._grow_late = np.array([g[11] for g in grow], dtype=np.float64)
-        self._prev_late = np.array([g[12] for g in grow], dtype=np.float64)
+        self._ceil_step = np.array([c.step for c in ceil], dtype=np.int64)
+        self._ceil_value = np.array([c.value for c in ceil], dtype=np.float64)
+        self._ceil_prev = np.array([c.prev for c in ceil], dtype=np.float64)
+        self._ceil_z = np.array([c.is_z for c in ceil], dtype=bool)
+        self._ceil_where = [c.where for c in ceil]
+        self._grow_step = np.array([g.step for g in grow], dtype=np.int64)
+        self._grow_value = np.array([g.now.last for g in grow], dtype=np.float64)
+        self._grow_fit = np.array([g.now.fit for g in grow], dtype=np.float64)
+        self._grow_ok = np.array([g.now.ok for g in grow], dtype=bool)
+        self._grow_late = np.array([g.now.late for g in grow], dtype=np.float64)
+        self._prev_value = np.array([g.prev.last for g in grow], dtype=np.float64)
+        self._prev_fit = np.array([g.prev.fit for g in grow], dtype=np.float64)
+        self._prev_ok = np.array([g.prev.ok for g in grow], dtype=bool)
+        self._prev_late = np.array([g.prev.late for g in grow], dtype=np.float64)
+        self._grow_metric = np.array([g.metric for g in grow], dtype=np.int64)
+        self._grow_where = [g.where for g in grow]
 
     def fast(self, thresholds: dict[str, Any] | None) -> dict[str, float] | None:
         """The merged thresholds when they differ from the base only in :data:`FAST_KEYS`, else None."""
@@ -308,18 +335,17 @@ def _counted_steps(alerts: Sequence[Fired]) -> list[int]:
 
 def _state(
     window: list[tuple[int, float]], n: int, need: int, fits: dict[tuple[tuple[int, float], ...], tuple[float, float]]
-) -> tuple[bool, float, float, float]:
-    """(enough points and both finite, last value, fitted rise, its last half's rise) of a growth window:
-    what ``trends._growing`` reads before comparing with the floor and the factor."""
+) -> _WindowState:
+    """A growth window's state, its fits looked up in ``fits`` (a window met again is not fitted again)."""
     if len(window) < need or not window:
-        return False, math.nan, math.nan, math.nan
-    last = window[-1][1]
+        return _WindowState(False, math.nan, math.nan, math.nan)
     key = tuple(window[-n:])
     found = fits.get(key)
     if found is None:
         found = fits[key] = (fitted_log_rise(key), recent_rise(key, n))
     fitted, late = found
-    return math.isfinite(last) and math.isfinite(fitted), last, fitted, late
+    last = window[-1][1]
+    return _WindowState(math.isfinite(last) and math.isfinite(fitted), last, fitted, late)
 
 
 # --- the Prometheus source: the recorded /metrics scrapes, with a threshold set's gauges written in ---
@@ -341,13 +367,35 @@ def _gauge_column(columns: dict[str, list[float | None]], gauge: str) -> str | N
     return found[0] if len(found) == 1 else None
 
 
-BEFORE_GAUGE = {"growth_recent": 0.0}
-"""Thresholds younger than their gauge's first recordings: a recording that exported the growth factor
-but not these ran the rule before them, at these values."""
+_RAN_BEFORE_GAUGE = {"growth_recent": 0.0}  # a rule's fixed value before its threshold had a gauge
+
+
+class OlderThanGauge(NamedTuple):
+    """A recording older than a threshold's gauge: where that gauge goes, and what the service ran at."""
+
+    beside: str  # the growth factor's column: its labels and scrapes are the missing gauge's
+    column: str  # the missing gauge's column, named with those labels
+    ran_at: float | None  # the value the rule ran at before the gauge (None: not known)
+
+
+def older_than_gauge(
+    columns: dict[str, list[float | None]], key: str, gauges: dict[str, tuple[str, bool]]
+) -> OlderThanGauge | None:
+    """The one place that knows which threshold gauges a recording may lack: any but the growth factor's
+    (exported since the first), so a recording that holds it and not ``key``'s is older than ``key``'s
+    gauge. None where it holds ``key``'s, ``key`` has none, or the growth factor's is missing too."""
+    if key not in gauges or _gauge_column(columns, gauges[key][0]) is not None:
+        return None
+    factor = gauges["growth_factor"][0]
+    beside = _gauge_column(columns, factor)
+    if beside is None:
+        return None
+    return OlderThanGauge(beside, gauges[key][0] + beside[len(factor) :], _RAN_BEFORE_GAUGE.get(key))
 
 
 def recorded_thresholds(columns: dict[str, list[float | None]]) -> dict[str, float]:
-    """The thresholds the recording service exported (its first scrape that holds each gauge)."""
+    """The thresholds the recording service exported (its first scrape that holds each gauge), and those
+    it ran at a known value before their gauge (:func:`older_than_gauge`)."""
     out: dict[str, float] = {}
     gauges = threshold_gauges()
     for key, (gauge, as_log) in gauges.items():
@@ -355,20 +403,9 @@ def recorded_thresholds(columns: dict[str, list[float | None]]) -> dict[str, flo
         value = next((v for v in columns[col] if v is not None), None) if col else None
         if value is not None:
             out[key] = math.exp(value) if as_log else value
-        elif key in BEFORE_GAUGE and col is None and _gauge_column(columns, gauges["growth_factor"][0]):
-            out[key] = BEFORE_GAUGE[key]
+        elif (older := older_than_gauge(columns, key, gauges)) is not None and older.ran_at is not None:
+            out[key] = older.ran_at
     return out
-
-
-def _added_beside(columns: dict[str, list[float | None]], gauge: str, beside: str) -> str | None:
-    """A threshold gauge the recording service did not export yet (a later threshold), added with the
-    labels and the scrapes of ``beside``, a gauge it did export; None where that is missing too."""
-    col = _gauge_column(columns, beside)
-    if col is None:
-        return None
-    added = gauge + col[len(beside) :]
-    columns[added] = list(columns[col])
-    return added
 
 
 def with_thresholds(
@@ -383,8 +420,10 @@ def with_thresholds(
     missing: list[str] = []
     for key in keys:
         col = _gauge_column(columns, gauges[key][0]) if key in gauges else None
-        if col is None and key in gauges:
-            col = _added_beside(out, gauges[key][0], gauges["growth_factor"][0])
+        older = older_than_gauge(columns, key, gauges) if col is None else None
+        if older is not None:
+            col = older.column
+            out[col] = list(out[older.beside])
         if col is None:
             missing.append(key)
             continue

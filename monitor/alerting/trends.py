@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import cached_property
 
 import numpy as np
 
@@ -176,24 +177,25 @@ def growth(reader: WindowReader, run_id: int, cols: PointColumns, th: dict[str, 
     )
     alerts = []
     for ((name, layer), pts), before in zip(series.items(), _windows(reader, run_id, series, n)):
-        window = list(before)
+        window = _GrowthWindow(list(before), n)
         floor = th[f"{name}_growth_floor"]
         floors = (("warning", floor), ("info", info * floor)) if info < 1 else (("warning", floor),)
-        was = {tier: _growing(window, n, need, rise, level, recent) for tier, level in floors}
+        was = {tier: _growing(window, need, rise, level, recent) for tier, level in floors}
         for step, value in pts:
-            window = [*window, (step, value)][-n:]
-            now = {tier: _growing(window, n, need, rise, level, recent) for tier, level in floors}
+            window = _GrowthWindow([*window.points, (step, value)][-n:], n)
+            now = {tier: _growing(window, need, rise, level, recent) for tier, level in floors}
             # the highest tier that starts to hold; an info climb that turns into a warning raises both
             tier = next((t for t, _ in floors if now[t] and not was[t]), None)
             if tier is not None and not (tier == "info" and now["warning"]):
-                factor = math.exp(fitted_log_rise(window))
+                factor = math.exp(window.fitted)
+                first = window.points[0]
                 where = "" if layer is None else f" of layer {layer}"
                 below = f", below the warning floor {floor:.4g}" if tier == "info" else ""
                 message = (
-                    f"{name}{where} grew {factor:.3g}x (Theil-Sen fit of ln {name}) from step {window[0][0]} "
+                    f"{name}{where} grew {factor:.3g}x (Theil-Sen fit of ln {name}) from step {first[0]} "
                     f"to {step}, now {value:.4g}{below}"
                 )
-                alerts.append(NewAlert("z_growth", tier, name, layer, step, value, window[0][1], message))
+                alerts.append(NewAlert("z_growth", tier, name, layer, step, value, first[1], message))
             was = now
     return alerts
 
@@ -218,20 +220,38 @@ def recent_rise(window: Sequence[tuple[int, float]], n: int) -> float:
     return fitted * span / tail_span if tail_span > 0 and math.isfinite(fitted) else math.nan
 
 
-def _growing(
-    window: list[tuple[int, float]], n: int, need: int, rise: float, floor: float, recent: bool = False
-) -> bool:
-    if len(window) < need or not window:
+class _GrowthWindow:
+    """A growth window (at most ``n`` points, oldest first), its fits made at most once: the warning and
+    the info tier, and the alert's message, read the same two, and neither is made for a window that
+    fails before it (too few points, the last value below the floor)."""
+
+    def __init__(self, points: list[tuple[int, float]], n: int) -> None:
+        self.points = points
+        self.n = n
+
+    @cached_property
+    def fitted(self) -> float:
+        """The whole window's fitted rise (:func:`fitted_log_rise`)."""
+        return fitted_log_rise(self.points)
+
+    @cached_property
+    def late(self) -> float:
+        """Its last ``n // 2`` points' rise over the whole span (:func:`recent_rise`)."""
+        return recent_rise(self.points, self.n)
+
+
+def _growing(window: _GrowthWindow, need: int, rise: float, floor: float, recent: bool = False) -> bool:
+    if len(window.points) < need or not window.points:
         return False
-    last = window[-1][1]
+    last = window.points[-1][1]
     if not (math.isfinite(last) and last >= floor):
         return False
-    fitted = fitted_log_rise(window[-n:])
+    fitted = window.fitted
     if not (math.isfinite(fitted) and fitted >= rise):
         return False
     if not recent:
         return True
-    late = recent_rise(window[-n:], n)
+    late = window.late
     return math.isfinite(late) and late >= rise
 
 

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from hyperwatch.monitor.alerting.trends import (
     _growing,
+    _GrowthWindow,
     fitted_log_rise,
     mean_shift,
     persistent_spike,
@@ -85,7 +86,7 @@ def test_a_climb_that_settles_stops_counting_with_growth_recent() -> None:
     assert fitted_log_rise(settled) > rise > recent_rise(settled, 16)
     cases = ((steady, True, True), (steady, False, True), (settled, False, True), (settled, True, False))
     for window, on, want in cases:
-        assert _growing(window, 16, 8, rise, floor=50.0, recent=on) is want
+        assert _growing(_GrowthWindow(window, 16), 8, rise, floor=50.0, recent=on) is want
     assert math.isnan(recent_rise([(0, 1.0), (0, 2.0)], 16))  # no span: no verdict
 
 
