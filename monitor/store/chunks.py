@@ -40,7 +40,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
 from hyperwatch.hooks.columns import NULL_INT
-from hyperwatch.monitor.store import segcodec
+from hyperwatch.monitor.store import segcodec, toast
 from hyperwatch.monitor.store.bulk import read_in_ranges
 from hyperwatch.monitor.store.models import (
     CHUNK_ROWS,
@@ -67,7 +67,13 @@ CHUNK_COLUMNS = (
 )
 CHUNK_TYPES = ("int", "int", "int", "bigint", "int", "bytea", "bigint", "float8", "bigint", "float8")
 CHUNK_KEY = ("run_id", "name_id", "layer", "chunk")
-CHUNK_SET = ", ".join(f"{c} = excluded.{c}" for c in CHUNK_COLUMNS[4:])
+CHUNK_SET_0014 = ", ".join(f"{c} = excluded.{c}" for c in CHUNK_COLUMNS[4:])
+"""An upsert's SET clause before revision 0016 (no ``data_ext``: the 0014 migration packs through it)."""
+CHUNK_SET = CHUNK_SET_0014 + ", data_ext = excluded.data_ext"
+"""An upsert's SET clause: a row written without ``data_ext`` (every 16-step chunk) clears it."""
+SEGMENT_COLUMNS = (*CHUNK_COLUMNS, "data_ext")
+"""A segment row: its blob cut in two on PostgreSQL (revision 0016, :mod:`monitor.store.toast`)."""
+SEGMENT_TYPES = (*CHUNK_TYPES, "bytea")
 
 VERSION = 1
 DENSE, TOK_NONE, TOK_LINEAR, TOK_MASK = 1, 2, 4, 8
@@ -277,7 +283,8 @@ def _chunk_rows(conn: Connection, params: dict[str, Any], lo: int, hi: int, wher
     cond = f"WHERE {KEY} AND chunk >= :ca AND chunk <= :cb{where}"
     if hint and conn.dialect.name == "sqlite":
         arms = [
-            f"SELECT chunk, data FROM {t} INDEXED BY ix_{t}_nonfinite {cond}" for t in ("metric_chunks", OPEN_CHUNKS)
+            f"SELECT chunk, {toast.data_expr('sqlite')} FROM {t} INDEXED BY ix_{t}_nonfinite {cond}"
+            for t in ("metric_chunks", OPEN_CHUNKS)
         ]
         sql = " UNION ALL ".join(arms) + " ORDER BY chunk"
     else:

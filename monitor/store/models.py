@@ -285,6 +285,9 @@ class _ChunkColumns:
     min_value: Mapped[float | None] = mapped_column(Double, nullable=True)
     max_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     max_value: Mapped[float | None] = mapped_column(Double, nullable=True)
+    # PostgreSQL (0016): the blob's longest prefix of whole TOAST chunks, ``data`` the rest; NULL when
+    # shorter than one TOAST chunk, and always on SQLite (store.toast); reads select chunk_rows, both joined
+    data_ext: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
 
 
 def _chunk_table_args(name: str, rowid: bool) -> tuple[Any, ...]:
@@ -316,10 +319,11 @@ class OpenChunkRow(_ChunkColumns, Base):
     __table_args__ = _chunk_table_args(OPEN_CHUNKS, rowid=False)
 
 
-# segments are compressed already: TOAST keeps them out of line but does not compress them again (0014)
+# segments are compressed already: TOAST keeps them out of line but does not compress them again (0014, 0016)
 for _row in (MetricChunkRow, OpenChunkRow):
-    _external = DDL(f"ALTER TABLE {_row.__tablename__} ALTER COLUMN data SET STORAGE EXTERNAL")
-    event.listen(_row.__table__, "after_create", _external.execute_if(dialect="postgresql"))
+    for _column in ("data", "data_ext"):
+        _external = DDL(f"ALTER TABLE {_row.__tablename__} ALTER COLUMN {_column} SET STORAGE EXTERNAL")
+        event.listen(_row.__table__, "after_create", _external.execute_if(dialect="postgresql"))
 
 
 class MetricRollupRow(Base):

@@ -38,9 +38,19 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from hyperwatch.hooks.columns import NULL_INT
-from hyperwatch.monitor.store import chunks, segcodec
+from hyperwatch.monitor.store import chunks, segcodec, toast
 from hyperwatch.monitor.store.bulk import bulk_write, pg_array, read_in_ranges
-from hyperwatch.monitor.store.chunks import CHUNK_COLUMNS, CHUNK_KEY, CHUNK_SET, CHUNK_TYPES, Cand, seg_floor
+from hyperwatch.monitor.store.chunks import (
+    CHUNK_COLUMNS,
+    CHUNK_KEY,
+    CHUNK_SET,
+    CHUNK_SET_0014,
+    CHUNK_TYPES,
+    SEGMENT_COLUMNS,
+    SEGMENT_TYPES,
+    Cand,
+    seg_floor,
+)
 from hyperwatch.monitor.store.models import (
     CHUNK_ROWS,
     CHUNK_STEPS,
@@ -80,12 +90,13 @@ class Tables:
     whole: str = "metric_chunks"
     partial: str = OPEN_CHUNKS
     cleared: tuple[str, ...] = ("metric_chunks", OPEN_CHUNKS)
+    split: bool = True  # blobs cut at the TOAST chunk size into data_ext + data (0016, store.toast)
 
 
 RUNNING = Tables()
 STOPPED = replace(RUNNING, partial="metric_chunks")
 """A run that stopped: its open ranges' partial segments are final until it runs again."""
-ONE_TABLE = Tables("metric_chunks", "metric_chunks", "metric_chunks", ("metric_chunks",))
+ONE_TABLE = Tables("metric_chunks", "metric_chunks", "metric_chunks", ("metric_chunks",), split=False)
 """Revision 0014's layout (its migration packs through :func:`pack`)."""
 
 
@@ -149,6 +160,7 @@ def pack(
     rows: dict[str, list[tuple[Any, ...]]] = {tables.whole: [], tables.partial: []}
     rollup_rows: list[tuple[Any, ...]] = []
     known: Known = {}
+    cut = toast.split_size(conn) if tables.split else 0
     for n, la, c0, end in targets:
         parts = [chunks.decode_columns(c, blob) for c, blob in sorted(stored.get((n, la, c0), []))]
         late = extra.get((n, la, c0))
@@ -162,7 +174,9 @@ def pack(
         summary = (None,) * 4 if lo is None else (int(steps[lo]), float(values[lo]), int(steps[hi]), float(values[hi]))
         nonfinite = int(len(values) - np.isfinite(values).sum())
         whole = end - c0 == SEGMENT_CHUNKS
-        rows[tables.whole if whole else tables.partial].append((run_id, n, la, c0, nonfinite, blob, *summary))
+        data, ext = toast.split(blob, cut)
+        row = (run_id, n, la, c0, nonfinite, data, *summary) + ((ext,) if tables.split else ())
+        rows[tables.whole if whole else tables.partial].append(row)
         if whole:
             rollup_rows.append(
                 (run_id, n, la, FINEST, c0 // SEGMENT_CHUNKS, len(steps), *_rollup(steps, tokens, values, lo, hi))
@@ -171,8 +185,11 @@ def pack(
             known[(n, la)] = ([(c0, end - 1)], chunks.to_cands(steps, tokens, values))
     for table in tables.cleared:
         delete(conn, run_id, [t for t in targets if stored.get(t[:3])], table)
+    cols, types, set_clause = (
+        (SEGMENT_COLUMNS, SEGMENT_TYPES, CHUNK_SET) if tables.split else (CHUNK_COLUMNS, CHUNK_TYPES, CHUNK_SET_0014)
+    )
     for table, written in rows.items():
-        bulk_write(conn, table, CHUNK_COLUMNS, CHUNK_TYPES, written, CHUNK_KEY, CHUNK_SET)
+        bulk_write(conn, table, cols, types, written, CHUNK_KEY, set_clause)
     bulk_write(conn, "metric_rollups", _ROLLUP_COLUMNS, _ROLLUP_TYPES, rollup_rows, _ROLLUP_KEY, _ROLLUP_SET)
     return known
 

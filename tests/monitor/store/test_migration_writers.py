@@ -25,7 +25,7 @@ import pytest
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
 
-from hyperwatch.monitor.store import SqlStore, chunks, migrate
+from hyperwatch.monitor.store import SqlStore, chunks, migrate, toast
 
 RUN_SQL = (
     "INSERT INTO runs (id, project_id, name, status, config, summary, export_layers, created_at, updated_at) "
@@ -121,7 +121,9 @@ def _stored_steps(engine: Engine) -> set[int]:
         steps = {int(s) for (s,) in conn.execute(text("SELECT step FROM metric_points WHERE run_id = 1"))}
         for table in ("metric_chunks", "open_chunks"):  # open_chunks: since 0015
             if table in tables:
-                for c, blob in conn.execute(text(f"SELECT chunk, data FROM {table} WHERE run_id = 1")):
+                cut = any(c["name"] == "data_ext" for c in inspect(engine).get_columns(table))  # since 0016
+                data = toast.data_expr(engine.dialect.name) if cut else "data"
+                for c, blob in conn.execute(text(f"SELECT chunk, {data} FROM {table} WHERE run_id = 1")):
                     steps |= {s for s, _t, _v in chunks.decode(int(c), bytes(blob))}
         if "point_batches" in tables and engine.dialect.name == "postgresql":
             for (arr,) in conn.execute(text("SELECT step FROM point_batches WHERE run_id = 1")):

@@ -142,7 +142,7 @@ def test_0014_moves_chunks_into_segments_and_back(db_url: str) -> None:
         assert _stored(store, run.id) == before
         with store.engine.connect() as conn:
             assert conn.execute(text("SELECT * FROM metric_rollups ORDER BY 2, 3, 4, 5, 6")).all() == rollups
-            assert {bytes(b)[0] for (b,) in conn.execute(text("SELECT data FROM metric_chunks"))} == {2}
+            assert {bytes(b)[0] for (b,) in conn.execute(text("SELECT data FROM chunk_rows"))} == {2}
     finally:
         store.close()
 
