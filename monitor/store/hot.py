@@ -29,6 +29,15 @@ vacuum (once per pack round) left ``pk_open_chunks`` at 1.02 B/pt, every one at 
 workload, PostgreSQL 7.90 -> 7.42 B/pt after one run; ingest 72.2k and 72.8k points/s against 70.1k
 and 71.3k, side by side, within the runs' noise). ``metric_chunks`` only grows (segments of sealed ranges, and the
 partial segments of runs that stopped), so autovacuum is enough there.
+
+VACUUM gives an index's empty pages to later entries, never back: ``open_chunks``' indexes stay at
+the size of the most open ranges they ever held, ~0.54 B/pt after one 2,000-step run of issue 36's
+workload, with the table empty once the run stopped. So when a run stops (:meth:`HotVacuum.stopped`),
+the service rebuilds them at the size of what is open now (``REINDEX TABLE CONCURRENTLY``, PostgreSQL
+12+: reads and writes go on, the old index serves until the new one is built; one at a time, in the
+background like the vacuum). Not ``TRUNCATE`` of an empty table: it would take a lock every reader
+and writer of the table queues behind, and a reader whose snapshot predates it would see rows it should
+still see (the run's open ranges, just moved to ``metric_chunks``) vanish.
 """
 
 from __future__ import annotations
@@ -51,6 +60,8 @@ class HotVacuum:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.runs = 0  # vacuums completed (for tests and the benchmark)
+        self._reindex: threading.Thread | None = None
+        self.reindexed = 0  # rebuilds of open_chunks' indexes completed
 
     def moved(self, rows: int) -> None:
         """Count ``rows`` moved out of ``metric_points`` by a committed transaction; vacuum when due."""
@@ -73,8 +84,28 @@ class HotVacuum:
         except Exception as exc:  # a background chore: never fatal, retried at the next threshold
             log.warning("VACUUM of the hot tables failed (%s: %s); retried later", type(exc).__name__, exc)
 
+    def stopped(self) -> None:
+        """A run stopped (committed): its open ranges left ``open_chunks``; rebuild its indexes at the size
+        of what is still open (skipped while a rebuild runs: that one reads the table after this stop)."""
+        if self._engine.dialect.name != "postgresql":
+            return
+        with self._lock:
+            if self._reindex is not None and self._reindex.is_alive():
+                return
+            self._reindex = threading.Thread(target=self._rebuild, name="hyperwatch-reindex", daemon=True)
+            self._reindex.start()
+
+    def _rebuild(self) -> None:
+        try:
+            with self._engine.connect() as conn:
+                auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+                auto.exec_driver_sql("REINDEX TABLE CONCURRENTLY open_chunks")
+            self.reindexed += 1
+        except Exception as exc:  # a background chore, like the vacuum: never fatal
+            log.warning("REINDEX of open_chunks failed (%s: %s); retried when a run stops", type(exc).__name__, exc)
+
     def wait(self, timeout: float = 30.0) -> None:
-        """Let a running vacuum finish (before closing the engine)."""
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
+        """Let a running vacuum or rebuild finish (before closing the engine)."""
+        for thread in (self._thread, self._reindex):
+            if thread is not None:
+                thread.join(timeout)

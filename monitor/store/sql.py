@@ -230,7 +230,9 @@ class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, SummaryMixin, Webhook
                 ).scalar_one()
             assert run_id is not None
             self._apply_run_fields(conn, run_id, pid, fields)
-            return self._get_run(conn, run_id), created
+            run = self._get_run(conn, run_id)
+        self._after_status(fields)
+        return run, created
 
     @retry_busy
     def update_run(self, run_id: int, fields: dict[str, Any]) -> Run:
@@ -239,7 +241,14 @@ class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, SummaryMixin, Webhook
             if pid is None:
                 raise NotFoundError(f"run id {run_id} not found; list runs with GET /api/v1/runs")
             self._apply_run_fields(conn, run_id, pid, fields)
-            return self._get_run(conn, run_id)
+            run = self._get_run(conn, run_id)
+        self._after_status(fields)
+        return run
+
+    def _after_status(self, fields: dict[str, Any]) -> None:
+        """Committed: a run that stopped left ``open_chunks``, whose indexes are rebuilt (store.hot)."""
+        if fields.get("status", ACTIVE_STATUS) != ACTIVE_STATUS:
+            self.hot_vacuum.stopped()
 
     @retry_busy
     def delete_run(self, run_id: int) -> tuple[str, str, int]:

@@ -183,3 +183,28 @@ def test_sqlite_keeps_sealed_rows_in_a_rowid_table_and_open_ones_without(sqlite_
         assert "WITHOUT ROWID" in ddl["metric_chunks"] and "open_chunks" not in ddl
     finally:
         store.close()
+
+
+def test_a_stop_rebuilds_the_open_indexes_at_what_is_still_open(pg_store: SqlStore) -> None:
+    """VACUUM keeps an index's pages; a run's stop rebuilds ``open_chunks``' indexes (store.hot), with
+    another run still writing its open ranges there and reading them back through the new index."""
+
+    def index_bytes() -> int:
+        with pg_store.engine.connect() as conn:
+            return int(conn.execute(text("SELECT pg_relation_size('pk_open_chunks')")).scalar_one())
+
+    big, _ = pg_store.upsert_run("default", "big", {})
+    small, _ = pg_store.upsert_run("default", "small", {})
+    for s0 in range(0, 600, 50):  # 32 series of the big run: up to ~500 open rows at a time, churned
+        pts = [Point("attention_z", s, 1.0 + s % 7, layer=la) for s in range(s0, s0 + 50) for la in range(32)]
+        pg_store.ingest(big.id, uuid.uuid4().hex, pts)
+    _send(pg_store, small.id, 0, 300)
+    grown = index_bytes()
+    pg_store.update_run(big.id, {"status": "finished"})
+    pg_store.hot_vacuum.wait()
+    assert pg_store.hot_vacuum.reindexed == 1
+    assert index_bytes() < grown and index_bytes() <= 2 * 8192, (grown, index_bytes())
+    _send(pg_store, small.id, 300, 340)  # the small run writes on through the rebuilt index
+    got = pg_store.series(small.id, "loss", 0, 1000, None, None).points
+    assert [p.step for p in got] == list(range(340)) and got[1].value == 0.5
+    assert pg_store.series(big.id, "attention_z", 31, 1000, None, None).points[599].value == 1.0 + 599 % 7
