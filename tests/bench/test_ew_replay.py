@@ -16,15 +16,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench" / "early_warning"))
 
+from ew_gauges import recorded_thresholds, with_thresholds  # noqa: E402
 from ew_replay import (  # noqa: E402
     MemoryReader,
     RunTrace,
     compare_recorded,
     decode_value,
-    recorded_thresholds,
     replay,
     to_columns,
-    with_thresholds,
 )
 
 from hyperwatch.hooks.columns import PointColumns  # noqa: E402

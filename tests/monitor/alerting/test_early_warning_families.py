@@ -29,8 +29,8 @@ from tests.monitor.conftest import AUTH, create_run, post_points, promtool
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "bench" / "early_warning"))
 
+from ew_gauges import threshold_gauges, with_thresholds  # noqa: E402
 from ew_prom import PAGING, from_columns, replay  # noqa: E402
-from ew_replay import threshold_gauges, with_thresholds  # noqa: E402
 
 SERIES = Path(__file__).parent / "data" / "ewf_series"
 LOAD_RULES = {"max_vio_collapse"}  # guards expert load, judged apart (bench/early_warning/run.py)
