@@ -76,17 +76,13 @@ class HotVacuum:
             self._thread.start()
 
     def _vacuum(self) -> None:
-        try:
-            with self._engine.connect() as conn:
-                auto = conn.execution_options(isolation_level="AUTOCOMMIT")
-                auto.exec_driver_sql(f"VACUUM (TRUNCATE false) {HOT_TABLES}")
+        if self._chore(f"VACUUM (TRUNCATE false) {HOT_TABLES}", "VACUUM of the hot tables", "retried later"):
             self.runs += 1
-        except Exception as exc:  # a background chore: never fatal, retried at the next threshold
-            log.warning("VACUUM of the hot tables failed (%s: %s); retried later", type(exc).__name__, exc)
 
     def stopped(self) -> None:
         """A run stopped (committed): its open ranges left ``open_chunks``; rebuild its indexes at the size
-        of what is still open (skipped while a rebuild runs: that one reads the table after this stop)."""
+        of what is still open. Skipped while a rebuild runs (its snapshot may predate this stop: the entries
+        it keeps are dead, and the next stop's rebuild drops them)."""
         if self._engine.dialect.name != "postgresql":
             return
         with self._lock:
@@ -96,13 +92,18 @@ class HotVacuum:
             self._reindex.start()
 
     def _rebuild(self) -> None:
+        if self._chore("REINDEX TABLE CONCURRENTLY open_chunks", "REINDEX of open_chunks", "retried when a run stops"):
+            self.reindexed += 1
+
+    def _chore(self, sql: str, what: str, retry: str) -> bool:
+        """Run ``sql`` outside any transaction on a pooled connection; a failure is logged, never fatal."""
         try:
             with self._engine.connect() as conn:
-                auto = conn.execution_options(isolation_level="AUTOCOMMIT")
-                auto.exec_driver_sql("REINDEX TABLE CONCURRENTLY open_chunks")
-            self.reindexed += 1
-        except Exception as exc:  # a background chore, like the vacuum: never fatal
-            log.warning("REINDEX of open_chunks failed (%s: %s); retried when a run stops", type(exc).__name__, exc)
+                conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(sql)
+            return True
+        except Exception as exc:  # a background chore
+            log.warning("%s failed (%s: %s); %s", what, type(exc).__name__, exc, retry)
+            return False
 
     def wait(self, timeout: float = 30.0) -> None:
         """Let a running vacuum or rebuild finish (before closing the engine)."""

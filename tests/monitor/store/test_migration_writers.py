@@ -180,6 +180,32 @@ def _check(store: SqlStore, gap: Gap, before: set[int], batch: set[int]) -> None
         assert batch <= stored, f"a batch committed in the gap was lost: steps {sorted(batch - stored)}"
 
 
+def held_move(
+    db_url: str, move: str, before: str, after: str, marker: str, writer: Callable[[Any], None], batch: set[int]
+) -> list[str]:
+    """A database seeded at 0013 (chunk 0, two rows) migrated from ``before`` to ``after`` (``move``
+    "up") or back ("down"), held at its first DROP/DELETE after ``marker`` while ``writer`` commits
+    ``batch``'s steps; nothing stored before is lost, nor anything committed. Returns the writer's outcome."""
+    store = SqlStore(db_url)
+    try:
+        migrate.upgrade(store.engine, "0013_webhooks")
+        _seed(store.engine, pending=False, rows=[32, 33], chunk0=True)
+        migrate.upgrade(store.engine, after if move == "down" else before)
+        stored = _stored_steps(store.engine)
+        assert set(range(16)) <= stored
+        gap = Gap(db_url, marker, writer)
+        target = (
+            (lambda: migrate.upgrade(store.engine, after))
+            if move == "up"
+            else (lambda: migrate.downgrade(store.engine, before))
+        )
+        _run_held(store, gap, target)
+        _check(store, gap, stored, batch)
+        return gap.outcome
+    finally:
+        store.close()
+
+
 def test_0006_downgrade_keeps_a_batch_committed_in_the_gap(db_url: str) -> None:
     store = SqlStore(db_url)
     try:

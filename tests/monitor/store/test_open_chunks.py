@@ -14,7 +14,7 @@ from sqlalchemy import event, inspect, text
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import SqlStore, chunks, migrate, segcodec, toast
 from hyperwatch.monitor.store.models import SEGMENT_CHUNKS
-from tests.monitor.store.test_migration_writers import Gap, _check, _run_held, _seed, _stored_steps, v1_chunk_writer
+from tests.monitor.store.test_migration_writers import held_move, v1_chunk_writer
 
 BEFORE = "0014_compressed_segments"
 
@@ -126,31 +126,18 @@ def test_0015_moves_the_open_rows_both_ways(db_url: str) -> None:
 
 @pytest.mark.parametrize("move", ["up", "down"])
 def test_0015_keeps_a_chunk_committed_in_the_gap(db_url: str, move: str) -> None:
-    store = SqlStore(db_url)
-    try:
-        pg = store.engine.dialect.name == "postgresql"
-        migrate.upgrade(store.engine, "0013_webhooks")
-        _seed(store.engine, pending=False, rows=[32, 33], chunk0=True)
-        migrate.upgrade(store.engine, BEFORE)
-        if move == "down":
-            migrate.upgrade(store.engine)
-        before = _stored_steps(store.engine)
-        assert set(range(16)) <= before
-        if move == "up":  # held after the copy into open_chunks, before the delete from metric_chunks
-            gap = Gap(db_url, "INSERT INTO open_chunks", v1_chunk_writer("metric_chunks"))
-            _run_held(store, gap, lambda: migrate.upgrade(store.engine))
-        else:
-            gap = Gap(db_url, "INSERT INTO metric_chunks", v1_chunk_writer("open_chunks"))
-            _run_held(store, gap, lambda: migrate.downgrade(store.engine, BEFORE))
-        _check(store, gap, before, set(range(48, 64)))
-        # SQLite: the migration holds the write lock; PostgreSQL: the writer waits for it, then
-        # commits into the new layout (up) or finds its table gone (down)
-        if pg and move == "up":
-            assert gap.outcome == ["committed"], gap.outcome
-        else:
-            assert gap.outcome[0].startswith("refused"), gap.outcome
-    finally:
-        store.close()
+    # up: held after the copy into open_chunks, before the delete from metric_chunks; down: the reverse
+    marker, table = {
+        "up": ("INSERT INTO open_chunks", "metric_chunks"),
+        "down": ("INSERT INTO metric_chunks", "open_chunks"),
+    }[move]
+    outcome = held_move(db_url, move, BEFORE, "0015_open_chunks", marker, v1_chunk_writer(table), set(range(48, 64)))
+    # SQLite: the migration holds the write lock; PostgreSQL: the writer waits for it, then
+    # commits into the new layout (up) or finds its table gone (down)
+    if db_url.startswith("postgresql") and move == "up":
+        assert outcome == ["committed"], outcome
+    else:
+        assert outcome[0].startswith("refused"), outcome
 
 
 def test_0015_locks_before_it_moves(sqlite_url: str) -> None:

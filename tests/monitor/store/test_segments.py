@@ -17,7 +17,7 @@ from sqlalchemy import event, text
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import SqlStore, chunks, migrate, segcodec
 from hyperwatch.monitor.store.models import SEGMENT_CHUNKS
-from tests.monitor.store.test_migration_writers import Gap, _check, _run_held, _seed, _stored_steps, v1_chunk_writer
+from tests.monitor.store.test_migration_writers import held_move, v1_chunk_writer
 
 SPECIAL = (math.nan, math.inf, -math.inf, 0.0, 5e-324, 1.7976931348623157e308)
 """-0.0 is left out: SQLite stores an integral REAL as an integer, so a hot row reads it back as 0.0
@@ -152,24 +152,14 @@ _v1_chunk = v1_chunk_writer("metric_chunks")  # a 0013 service's batch that seal
 
 @pytest.mark.parametrize("move", ["up", "down"])
 def test_0014_keeps_a_chunk_committed_in_the_gap(db_url: str, move: str) -> None:
-    store = SqlStore(db_url)
-    try:
-        pg = store.engine.dialect.name == "postgresql"
-        migrate.upgrade(store.engine, "0013_webhooks")
-        _seed(store.engine, pending=False, rows=[32, 33], chunk0=True)
-        if move == "down":
-            migrate.upgrade(store.engine, "0014_compressed_segments")
-        before = _stored_steps(store.engine)
-        if move == "up":
-            gap = Gap(db_url, "SELECT run_id, name_id, layer, step FROM series_latest", _v1_chunk)
-            _run_held(store, gap, lambda: migrate.upgrade(store.engine, "0014_compressed_segments"))
-        else:
-            gap = Gap(db_url, "SELECT run_id, name_id, layer, chunk, data FROM metric_chunks", _v1_chunk)
-            _run_held(store, gap, lambda: migrate.downgrade(store.engine, "0013_webhooks"))
-        _check(store, gap, before, set(range(48, 64)))
-        assert gap.outcome == ["committed"] if pg else gap.outcome[0].startswith("refused"), gap.outcome
-    finally:
-        store.close()
+    marker = {
+        "up": "SELECT run_id, name_id, layer, step FROM series_latest",
+        "down": "SELECT run_id, name_id, layer, chunk, data FROM metric_chunks",
+    }[move]
+    outcome = held_move(
+        db_url, move, "0013_webhooks", "0014_compressed_segments", marker, _v1_chunk, set(range(48, 64))
+    )
+    assert outcome == ["committed"] if db_url.startswith("postgresql") else outcome[0].startswith("refused"), outcome
 
 
 def test_0014_locks_before_its_first_read(sqlite_url: str) -> None:

@@ -15,7 +15,7 @@ from sqlalchemy import inspect, text
 
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import SqlStore, chunks, migrate, segcodec, toast
-from tests.monitor.store.test_migration_writers import Gap, _check, _run_held, _seed, _stored_steps
+from tests.monitor.store.test_migration_writers import held_move
 
 BEFORE = "0015_open_chunks"
 
@@ -148,28 +148,12 @@ def _segment_writer(conn: Any) -> None:
 
 @pytest.mark.parametrize("move", ["up", "down"])
 def test_0016_keeps_a_segment_committed_in_the_gap(db_url: str, move: str) -> None:
-    store = SqlStore(db_url)
-    try:
-        pg = store.engine.dialect.name == "postgresql"
-        migrate.upgrade(store.engine, "0013_webhooks")
-        _seed(store.engine, pending=False, rows=[32, 33], chunk0=True)
-        migrate.upgrade(store.engine, BEFORE)
-        if move == "down":
-            migrate.upgrade(store.engine)
-        before = _stored_steps(store.engine)
-        assert set(range(16)) <= before
-        if move == "up":  # held after both columns exist and PostgreSQL's blobs were cut
-            gap = Gap(db_url, "ALTER TABLE open_chunks ADD COLUMN", _segment_writer)
-            _run_held(store, gap, lambda: migrate.upgrade(store.engine))
-        else:  # held after the blobs were joined, before the column goes
-            gap = Gap(db_url, "UPDATE open_chunks SET data", _segment_writer)
-            _run_held(store, gap, lambda: migrate.downgrade(store.engine, BEFORE))
-        _check(store, gap, before, set(range(1024, 2048)))
-        # SQLite: the migration holds the write lock; PostgreSQL: the writer waits, then commits a
-        # whole blob (data_ext NULL after an upgrade), which every read still gets whole
-        if pg:
-            assert gap.outcome == ["committed"], gap.outcome
-        else:
-            assert gap.outcome[0].startswith("refused"), gap.outcome
-    finally:
-        store.close()
+    # up: held after both columns exist and PostgreSQL's blobs were cut; down: after they were joined
+    marker = {"up": "ALTER TABLE open_chunks ADD COLUMN", "down": "UPDATE open_chunks SET data"}[move]
+    outcome = held_move(db_url, move, BEFORE, "0016_toast_split", marker, _segment_writer, set(range(1024, 2048)))
+    # SQLite: the migration holds the write lock; PostgreSQL: the writer waits, then commits a whole
+    # blob (data_ext NULL after an upgrade), which every read still gets whole
+    if db_url.startswith("postgresql"):
+        assert outcome == ["committed"], outcome
+    else:
+        assert outcome[0].startswith("refused"), outcome
