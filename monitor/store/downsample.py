@@ -80,6 +80,36 @@ def _chunk_extremes(conn: Connection, params: dict[str, Any], lo: int, hi: int, 
     return list(zip(bucket[picked].tolist(), cands))
 
 
+def _rollup_extremes(
+    conn: Connection, params: dict[str, Any], lo: int, w: int, bw: int, kinds: tuple[str, ...]
+) -> dict[int, dict[str, Cand]]:
+    """bucket -> {"min": point, "max": point} of the rollup blocks ``[fb, lb]`` of one level: the blocks'
+    rows read once (a 10^7-step series at 2,000 buckets: ~2,400 rows of level 3), each bucket's pick by
+    numpy (the lowest, or highest, value; the earlier step between equal values)."""
+    cols = ", ".join(f"{a}_step, {a}_tokens, {a}_value" for a in kinds)
+    sql = f"SELECT block, {cols} FROM metric_rollups WHERE {KEY} AND level = :level AND block >= :fb AND block <= :lb"
+    rows = conn.execute(text(sql), params).all()
+    out: dict[int, dict[str, Cand]] = {}
+    if not rows:
+        return out
+    columns = list(zip(*rows))
+    bucket = (np.array(columns[0], dtype=np.int64) * bw - lo) // w
+    for k, agg in enumerate(kinds):
+        steps, tokens, values = columns[1 + 3 * k : 4 + 3 * k]
+        idx = np.array([i for i, v in enumerate(values) if v is not None], dtype=np.int64)  # NULL: NaN alone
+        if not len(idx):
+            continue
+        val = np.array([values[i] for i in idx.tolist()], dtype=np.float64)
+        st = np.array(steps, dtype=object)[idx].astype(np.int64)
+        b = bucket[idx]
+        order = np.lexsort((st, val if agg == "min" else -val, b))  # by bucket, then value, then step
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = b[order][1:] != b[order][:-1]
+        for i in idx[order[first]].tolist():
+            out.setdefault(int(bucket[i]), {})[agg] = (int(steps[i]), tokens[i], values[i])
+    return out
+
+
 def _raw(conn: Connection, params: dict[str, Any], a: int, b: int) -> list[Cand]:
     return chunks.points(conn, params, a, b)
 
@@ -105,6 +135,7 @@ def bucket_extremes(
     p = {**params, "lo": lo, "hi": hi, "w": w}
     level = max((lv for lv, bw in ROLLUP_LEVELS.items() if bw <= w), default=None)
     found: list[tuple[int, Cand]] = []
+    out: dict[int, dict[str, Cand]] = {}
     if level is None:  # narrower than a block: the hot rows in SQL, the chunks decoded
         found = _extremes(
             conn,
@@ -124,19 +155,13 @@ def bucket_extremes(
         if fb > lb:
             raw_edges = _raw(conn, params, lo, hi)
         else:
-            rp = {**p, "level": level, "bw": bw, "fb": fb, "lb": lb}
-            where = f"{KEY} AND level = :level AND block >= :fb AND block <= :lb"
-            bucket = "(block * :bw - :lo) / :w"
-            for agg in kinds:
-                cols = (f"{agg}_step", f"{agg}_tokens", f"{agg}_value")
-                found += _extremes(conn, "metric_rollups", cols, where, bucket, rp, (agg,))
+            out = _rollup_extremes(conn, {**params, "level": level, "fb": fb, "lb": lb}, lo, w, bw, kinds)
             if lo < fb * bw:
                 raw_edges += _raw(conn, params, lo, fb * bw - 1)
             if (lb + 1) * bw <= hi:
                 raw_edges += _raw(conn, params, (lb + 1) * bw, hi)
         found.extend(((c[0] - lo) // w, c) for c in raw_edges if c[2] is not None)
-    out: dict[int, dict[str, Cand]] = {}
-    for b, c in found:
+    for b, c in found:  # the edges' and the chunks' candidates, merged into the rollups' picks
         slot = out.setdefault(b, {})
         assert c[2] is not None
         # between equal values the earlier step wins, wherever the candidates came from

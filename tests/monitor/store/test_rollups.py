@@ -182,3 +182,31 @@ def test_appending_steps_writes_each_rollup_row_once(store: SqlStore) -> None:
     assert got == brute_force(store)
     assert len(got) == 3 * (4203 // 1024 + 4203 // 4096)
     assert sum(writes) == len(got)  # every row written exactly once
+
+
+def test_bucket_extremes_over_rollup_blocks_equal_every_point_read(store: SqlStore) -> None:
+    """Buckets of whole rollup blocks (``downsample.bucket_extremes`` reads the blocks inside and decodes
+    the open tail): the min and max of every bucket, NaN never winning, ties to the earlier step, equal
+    those of every stored point. (A block that straddles two buckets counts for the one it starts in.)"""
+    from hyperwatch.monitor.store import downsample
+
+    rng = random.Random(7)
+    run, _ = store.upsert_run("default", "wide", {})
+    for s0 in range(0, 13_000, 500):  # ~3 level-3 blocks, values with many ties, NaN and +-Inf
+        pts = [Point("loss", s, _value(rng), tokens=s) for s in range(s0, s0 + 500)]
+        store.ingest(run.id, uuid.uuid4().hex, pts)
+    pts = [Point("loss", s, math.nan) for s in range(4096, 5120)]  # a whole block of NaN alone
+    store.ingest(run.id, uuid.uuid4().hex, pts)
+    with store.engine.connect() as conn:
+        every = [p for p in chunks.all_points(conn, run.id) if p[5] is not None]
+        params = {"run_id": run.id, "name_id": every[0][1], "layer": -1}
+        for lo, hi, w in [(0, 12_999, 1024), (1024, 12_999, 2048), (0, 12_999, 4096), (4096, 12_999, 8192)]:
+            want: dict[int, dict[str, tuple[Any, ...]]] = {}
+            for _r, _n, _la, s, t, v in every:
+                if lo <= s <= hi:
+                    slot = want.setdefault((s - lo) // w, {})
+                    if "min" not in slot or v < slot["min"][2]:  # ascending steps: ties keep the first
+                        slot["min"] = (s, t, v)
+                    if "max" not in slot or v > slot["max"][2]:
+                        slot["max"] = (s, t, v)
+            assert downsample.bucket_extremes(conn, params, lo, hi, w) == want, (lo, hi, w)
