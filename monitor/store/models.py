@@ -370,11 +370,14 @@ class PointBatchRow(Base):
 
 class IngestedBatchRow(Base):
     __tablename__ = "ingested_batches"
-    __table_args__ = (PrimaryKeyConstraint("run_id", "batch_id"),)  # per run since revision 0007
-    batch_id: Mapped[str] = mapped_column(String(64))
+    # per run since revision 0007; since 0017 the id is ``points.batch_key`` (17 bytes for the hooks'
+    # uuid4 hex ids, not 32 characters), the time Unix milliseconds, and SQLite's table is clustered
+    # on the key (no rowid, no second copy of the key in an automatic index): ~36 bytes a batch, not ~124
+    __table_args__ = (PrimaryKeyConstraint("run_id", "batch_id"), {"sqlite_with_rowid": False})
+    batch_id: Mapped[bytes] = mapped_column(LargeBinary(65))
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     n_points: Mapped[int] = mapped_column(Integer)
-    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    received_ms: Mapped[int] = mapped_column(BigInteger)
 
 
 class AlertEventRow(Base):

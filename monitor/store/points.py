@@ -20,6 +20,8 @@ Python object per point on the common path (issue 16).
 from __future__ import annotations
 
 import math
+import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -70,9 +72,10 @@ SEAL_ON_COLUMNS = True
 off to check both paths write the same rows."""
 _COLS = ("ids", "layer", "step", "tokens", "value")
 _COPY_POINTS = f"COPY metric_points ({', '.join(_POINT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+_HEX_ID = re.compile("[0-9a-f]{32}")
 _CLAIM = {
     dialect: (
-        f"INSERT INTO ingested_batches (batch_id, run_id, n_points, received_at) VALUES ({m}, {m}, {m}, {m}) "
+        f"INSERT INTO ingested_batches (batch_id, run_id, n_points, received_ms) VALUES ({m}, {m}, {m}, {m}) "
         "ON CONFLICT (run_id, batch_id) DO NOTHING RETURNING batch_id"
     )
     for dialect, m in (("postgresql", "%s"), ("sqlite", "?"))
@@ -113,11 +116,26 @@ def dialect_insert(conn: Connection, table: Any) -> Any:
     return sqlite.insert(table)
 
 
+def batch_key(batch_id: str) -> bytes:
+    """The stored key of a batch id (revision 0017): a 32-digit lowercase hex id, what the hooks send
+    (a uuid4's hex), as a 0 byte and its 16 bytes; any other id as its ASCII bytes, which never start
+    with a 0 byte (ids are letters, digits, ``_`` and ``-``), so two ids never share a key."""
+    if len(batch_id) == 32 and _HEX_ID.fullmatch(batch_id):
+        return b"\x00" + bytes.fromhex(batch_id)
+    return batch_id.encode("ascii")
+
+
+def batch_id_of(key: bytes) -> str:
+    """The batch id a stored key was made from (:func:`batch_key`'s inverse)."""
+    key = bytes(key)
+    return key[1:].hex() if key[:1] == b"\x00" else key.decode("ascii")
+
+
 def batch_seen(conn: Connection, run_id: int, batch_id: str) -> int | None:
     """The point count of a batch already stored for the run, or None."""
     found = conn.execute(
         select(IngestedBatchRow.n_points).where(
-            IngestedBatchRow.run_id == run_id, IngestedBatchRow.batch_id == batch_id
+            IngestedBatchRow.run_id == run_id, IngestedBatchRow.batch_id == batch_key(batch_id)
         )
     ).first()
     return None if found is None else int(found[0])
@@ -127,15 +145,14 @@ def claim_batch(conn: Connection, run_id: int, batch_id: str, n_points: int) -> 
     """Record ``batch_id`` as stored by this transaction; None when it is new, else the first send's count.
 
     Batch ids are scoped per run (revision 0007): the same id sent for another run is a new batch.
+    Stored compactly (revision 0017): the id as :func:`batch_key`, the time as Unix milliseconds.
 
     One statement for the common case. On PostgreSQL a concurrent send of the same id waits here for
     the first one to commit (then reads as a duplicate) or roll back (then claims it), so a batch id
     is never stored twice and never answered with a database error.
     """
-    now: Any = now_utc()
-    if conn.dialect.name != "postgresql":  # as SQLAlchemy's DateTime stores it on SQLite
-        now = now.replace(tzinfo=None).isoformat(" ", timespec="microseconds")
-    if conn.exec_driver_sql(_CLAIM[conn.dialect.name], (batch_id, run_id, n_points, now)).cursor.fetchone():
+    row = (batch_key(batch_id), run_id, n_points, time.time_ns() // 1_000_000)
+    if conn.exec_driver_sql(_CLAIM[conn.dialect.name], row).cursor.fetchone():
         return None
     return batch_seen(conn, run_id, batch_id)
 

@@ -31,6 +31,7 @@ from hyperwatch.hooks.schema import Batch, Point
 from hyperwatch.hooks.sinks import HttpSink, RunInfo
 from hyperwatch.monitor.core.config import Settings
 from hyperwatch.monitor.store import SqlStore, chunks
+from hyperwatch.monitor.store.points import batch_id_of
 from tests.monitor.conftest import PG_ADMIN_URL
 from tests.reliability.support import AUTH, WRITE_TOKEN, Service, stored, upgrade, wait_until
 
@@ -70,7 +71,7 @@ def test_kill_mid_ingest_leaves_no_partial_batch(service: Service) -> None:
     engine = create_engine(service.db_url)
     try:
         with engine.connect() as conn:
-            done = {r[0] for r in conn.execute(text("SELECT batch_id FROM ingested_batches"))}
+            done = {batch_id_of(r[0]) for r in conn.execute(text("SELECT batch_id FROM ingested_batches"))}
             per_step: dict[int, int] = Counter(p[3] for p in chunks.all_points(conn))  # hot and chunked
     finally:
         engine.dispose()

@@ -49,7 +49,7 @@ def test_0007_keeps_batch_records_and_downgrade_keeps_one_per_id(db_url: str) ->
             conn.execute(
                 text("INSERT INTO ingested_batches VALUES ('old-batch-1', 1, 7, CURRENT_TIMESTAMP)"),
             )
-        migrate.upgrade(store.engine)
+        migrate.upgrade(store.engine, "0007_metric_name_ids")  # its text ids; 0017 turns them into keys
         with store.engine.begin() as conn:
             conn.execute(text("INSERT INTO ingested_batches VALUES ('old-batch-1', 2, 9, CURRENT_TIMESTAMP)"))
             rows = conn.execute(text("SELECT batch_id, run_id, n_points FROM ingested_batches ORDER BY 2")).all()
@@ -58,7 +58,7 @@ def test_0007_keeps_batch_records_and_downgrade_keeps_one_per_id(db_url: str) ->
         with store.engine.connect() as conn:
             rows = conn.execute(text("SELECT batch_id, run_id, n_points FROM ingested_batches")).all()
         assert [tuple(r) for r in rows] == [("old-batch-1", 1, 7)]
-        migrate.upgrade(store.engine)
+        migrate.upgrade(store.engine, "0007_metric_name_ids")
         with store.engine.connect() as conn:
             rows = conn.execute(text("SELECT batch_id, run_id, n_points FROM ingested_batches")).all()
         assert [tuple(r) for r in rows] == [("old-batch-1", 1, 7)]
