@@ -347,6 +347,7 @@ class SeriesLatestRow(Base):
     """The newest point of every series: what /metrics and the run overview read."""
 
     __tablename__ = "series_latest"
+    __table_args__ = ({"sqlite_with_rowid": False},)  # since revision 0017 (SQLite: one b-tree, not two)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     name_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     layer: Mapped[int] = mapped_column(SmallInteger, primary_key=True)

@@ -40,13 +40,30 @@ def _seed(store: SqlStore) -> None:
         conn.execute(text(RUN_SQL))
         for bid, n in BATCHES.items():
             conn.execute(text("INSERT INTO ingested_batches VALUES (:b, 1, :n, :t)"), {"b": bid, "n": n, "t": stamp})
+        conn.execute(text("INSERT INTO series_latest VALUES (1, 1, -1, 42, 0.5), (1, 1, 3, 40, NULL)"))
+
+
+def _latest_and_rowid(store: SqlStore) -> tuple[list[tuple[Any, ...]], list[bool]]:
+    """series_latest's rows, and on SQLite whether each of the two tables has a rowid."""
+    with store.engine.connect() as conn:
+        rows = [tuple(r) for r in conn.execute(text("SELECT * FROM series_latest ORDER BY layer"))]
+        if conn.dialect.name != "sqlite":
+            return rows, []
+        ddl = [
+            str(conn.execute(text("SELECT sql FROM sqlite_master WHERE name = :t"), {"t": t}).scalar()).upper()
+            for t in ("ingested_batches", "series_latest")
+        ]
+    return rows, ["WITHOUT ROWID" not in d for d in ddl]
 
 
 def test_0017_converts_ids_and_times_both_ways(db_url: str) -> None:
     store = SqlStore(db_url)
     try:
         _seed(store)
+        latest, rowid = _latest_and_rowid(store)
+        assert latest == [(1, 1, -1, 42, 0.5), (1, 1, 3, 40, None)] and rowid in ([], [True, True])
         migrate.upgrade(store.engine, AFTER)
+        assert _latest_and_rowid(store) == (latest, [False, False] if rowid else [])
         ms = int(AT.timestamp() * 1000)
         with store.engine.begin() as conn:
             rows = conn.execute(text("SELECT batch_id, run_id, n_points, received_ms FROM ingested_batches")).all()
@@ -56,10 +73,8 @@ def test_0017_converts_ids_and_times_both_ways(db_url: str) -> None:
             # what the service asks: a retry of a batch sent before the upgrade is a duplicate
             assert [batch_seen(conn, 1, b) for b in BATCHES] == list(BATCHES.values())
             assert claim_batch(conn, 1, HEX, 99) == 5 and claim_batch(conn, 1, "new-batch-1", 3) is None
-            if conn.dialect.name == "sqlite":
-                ddl = conn.execute(text("SELECT sql FROM sqlite_master WHERE name = 'ingested_batches'")).scalar()
-                assert "WITHOUT ROWID" in str(ddl).upper()
         migrate.downgrade(store.engine, BEFORE)
+        assert _latest_and_rowid(store) == (latest, rowid)
         with store.engine.connect() as conn:
             rows = conn.execute(text("SELECT batch_id, n_points, received_at FROM ingested_batches")).all()
         back = {b: (n, t) for b, n, t in rows}
