@@ -195,3 +195,31 @@ def test_a_stop_rebuilds_the_open_indexes_at_what_is_still_open(pg_store: SqlSto
     got = pg_store.series(small.id, "loss", 0, 1000, None, None).points
     assert [p.step for p in got] == list(range(340)) and got[1].value == 0.5
     assert pg_store.series(big.id, "attention_z", 31, 1000, None, None).points[599].value == 1.0 + 599 % 7
+
+
+def test_a_stop_vacuums_the_hot_tables_so_the_next_run_reuses_their_space(pg_store: SqlStore) -> None:
+    """A short run moves fewer rows than ``VACUUM_AFTER_ROWS``: no vacuum while it runs. Its stop
+    vacuums the hot tables (store.hot), so the next run's points pass through the same pages."""
+
+    def hot_bytes() -> int:
+        sql = "SELECT pg_total_relation_size('point_batches') + pg_total_relation_size('metric_points')"
+        with pg_store.engine.connect() as conn:
+            return int(conn.execute(text(sql)).scalar_one())
+
+    def one_run(name: str) -> None:
+        run, _ = pg_store.upsert_run("default", name, {})
+        for s in range(200):  # 64 series, one step a batch: 12,800 rows moved, under VACUUM_AFTER_ROWS
+            pg_store.ingest(
+                run.id, uuid.uuid4().hex, [Point("attention_z", s, 1.0 + s % 5, layer=la) for la in range(64)]
+            )
+        pg_store.update_run(run.id, {"status": "finished"})
+        pg_store.hot_vacuum.wait()
+
+    one_run("first")
+    assert pg_store.hot_vacuum.runs == 0 and pg_store.hot_vacuum.stop_vacuums == 1
+    first = hot_bytes()
+    one_run("second")
+    assert pg_store.hot_vacuum.stop_vacuums == 2
+    assert hot_bytes() <= 1.25 * first, (first, hot_bytes())  # without the stop's vacuum: about twice
+    pts = pg_store.series(pg_store.list_runs()[-1].id, "attention_z", 63, 1000, None, None).points
+    assert [p.step for p in pts] == list(range(200)) and pts[199].value == 1.0 + 199 % 5
