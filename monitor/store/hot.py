@@ -40,9 +40,9 @@ rows than ``VACUUM_AFTER_ROWS`` since the last vacuum, often no vacuum at all wh
 without it the space its points passed through in ``point_batches`` and ``metric_points`` (and their
 indexes) stayed dead until autovacuum came by, and the next runs took new pages (the real-hooks fixture
 of ``bench/storage.py``, 13 runs of ~1,400 points: the same runs posted a second time grew the
-database by 23.2 B/pt without this vacuum, 20.5 with it). Not ``TRUNCATE`` of an empty table: it would take a lock every reader
-and writer of the table queues behind, and a reader whose snapshot predates it would see rows it should
-still see (the run's open ranges, just moved to ``metric_chunks``) vanish.
+database by 23.2 B/pt without this vacuum, 20.5 with it). Not ``TRUNCATE`` of an empty table: it would
+take a lock every reader and writer of the table queues behind, and a reader whose snapshot predates it
+would see rows it should still see (the run's open ranges, just moved to ``metric_chunks``) vanish.
 """
 
 from __future__ import annotations
