@@ -1,6 +1,8 @@
-"""``hyperwatch db upgrade|downgrade|current|compact [--db URL]``: the schema, owned by Alembic
-migrations; ``compact`` rewrites a SQLite file with its free pages given back and the store's page
-size (``monitor.store.engine.SQLITE_PAGE_SIZE``), which a file made before it does not get otherwise."""
+"""``hyperwatch db upgrade|downgrade|current|compact|size [--db URL] [--json]``: the schema, owned by
+Alembic migrations; ``compact`` rewrites a SQLite file with its free pages given back and the store's
+page size (``monitor.store.engine.SQLITE_PAGE_SIZE``), which a file made before it does not get
+otherwise; ``size`` says where the database's bytes are and what a point costs (``monitor.store.sizes``,
+read-only: it runs beside the service)."""
 
 from __future__ import annotations
 
@@ -12,13 +14,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Database schema commands (Alembic migrations/).")
     p.add_argument(
         "action",
-        choices=["upgrade", "downgrade", "current", "compact"],
-        help="what to do (compact: SQLite only, with the service stopped)",
+        choices=["upgrade", "downgrade", "current", "compact", "size"],
+        help="what to do (compact: SQLite only, with the service stopped; size: bytes per table and per point)",
     )
     p.add_argument("revision", nargs="?", help="target revision (upgrade: head; downgrade: base, or e.g. -1)")
     p.add_argument(
         "--db", metavar="URL", help="database URL (default: HYPERWATCH_DATABASE_URL or sqlite:///./hyperwatch.db)"
     )
+    p.add_argument("--json", action="store_true", help="size: one JSON object instead of the table")
     return p
 
 
@@ -45,6 +48,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.action == "compact":
         return _compact(url)
+    if args.json and args.action != "size":
+        print(f"hyperwatch db {args.action}: --json goes with size only", file=sys.stderr)
+        return 2
+    if args.action == "size":
+        return _size(url, args.json)
     engine = make_engine(url)
     shown = engine.url.render_as_string(hide_password=True)
     try:
@@ -111,4 +119,47 @@ def _compact(url: str) -> int:
         con.close()
     after = Path(path).stat().st_size
     print(f"{shown}: {before:,} -> {after:,} bytes, page size {old_page} -> {new_page}")
+    return 0
+
+
+def _size(url: str, as_json: bool) -> int:
+    import json
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from hyperwatch.monitor.store.engine import make_engine
+    from hyperwatch.monitor.store.sizes import measure
+
+    parsed = make_url(url)
+    shown = parsed.render_as_string(hide_password=True)
+    if url.startswith("sqlite:") and not (parsed.database and Path(parsed.database).is_file()):
+        print(f"hyperwatch db size: no SQLite file at {shown}; give --db sqlite:///path.db", file=sys.stderr)
+        return 2
+    engine = make_engine(url)
+    try:
+        sizes = measure(engine)
+    except SQLAlchemyError as exc:
+        print(f"hyperwatch db size: database error on {shown}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        engine.dispose()
+    if as_json:
+        print(json.dumps({"database": shown, **sizes.as_json()}))
+        return 0
+    free = "" if sizes.free_bytes is None else f" ({sizes.free_bytes:,} of them free pages, reused by later writes)"
+    print(f"{shown}: {sizes.total_bytes:,} bytes{free}")
+    if sizes.points is None:
+        print("points received: unknown (the schema is older than this version; run: hyperwatch db upgrade)")
+    else:
+        per = "-" if sizes.bytes_per_point is None else f"{sizes.bytes_per_point:.2f}"
+        runs = f"{sizes.runs:,} run" + ("" if sizes.runs == 1 else "s")
+        print(f"points received: {sizes.points:,} in {runs}; bytes per point: {per}")
+    if sizes.tables:
+        width = max(len(t.table) for t in sizes.tables)
+        print(f"{'table':<{width}}  {'bytes':>15}  {'of which indexes':>16}  {'share':>6}")
+        for t in sizes.tables:
+            share = t.bytes / sizes.total_bytes if sizes.total_bytes else 0.0
+            print(f"{t.table:<{width}}  {t.bytes:>15,}  {t.index_bytes:>16,}  {share:>6.1%}")
     return 0
