@@ -95,10 +95,10 @@ class HotVacuum:
         with self._lock:
             if self._reindex is not None and self._reindex.is_alive():
                 return
-            self._reindex = threading.Thread(target=self._rebuild, name="hyperwatch-reindex", daemon=True)
+            self._reindex = threading.Thread(target=self._after_stop, name="hyperwatch-reindex", daemon=True)
             self._reindex.start()
 
-    def _rebuild(self) -> None:
+    def _after_stop(self) -> None:
         with self._lock:
             self._pending = 0
         if self._chore(f"VACUUM (TRUNCATE false) {HOT_TABLES}", "VACUUM of the hot tables", "retried later"):

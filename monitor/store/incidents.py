@@ -34,9 +34,10 @@ from sqlalchemy.engine import Connection, Engine
 
 from hyperwatch.hooks.schema import head_of
 from hyperwatch.monitor.store import webhooks
+from hyperwatch.monitor.store.alert_models import IncidentRow, run_scoped
 from hyperwatch.monitor.store.engine import managed
 from hyperwatch.monitor.store.entities import NewAlert
-from hyperwatch.monitor.store.models import IncidentRow, ProjectRow, RunRow, run_scoped
+from hyperwatch.monitor.store.models import ProjectRow, RunRow
 from hyperwatch.monitor.store.points import api_layer, as_utc, from_sql_value, now_utc, to_sql_value
 
 EPISODE_GAP_STEPS = 1000

@@ -29,6 +29,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from hyperwatch.hooks.schema import base_name
 from hyperwatch.monitor.core.errors import NotFoundError
+from hyperwatch.monitor.store.alert_models import IncidentRow
 from hyperwatch.monitor.store.engine import managed, retry_busy
 from hyperwatch.monitor.store.entities import RunHealth
 from hyperwatch.monitor.store.models import (
@@ -38,7 +39,6 @@ from hyperwatch.monitor.store.models import (
     RUN_LEVEL_LAYER,
     SEGMENT_STEPS,
     GroupRow,
-    IncidentRow,
     MetricNameRow,
     RunRow,
     SeriesLatestRow,

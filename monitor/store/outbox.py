@@ -22,9 +22,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import exists, select, update
 from sqlalchemy.engine import Engine
 
+from hyperwatch.monitor.store.alert_models import WebhookDeliveryRow, WebhookRow
 from hyperwatch.monitor.store.engine import managed
 from hyperwatch.monitor.store.incidents import Incident, get_incident
-from hyperwatch.monitor.store.models import WebhookDeliveryRow, WebhookRow
 from hyperwatch.monitor.store.points import as_utc, now_utc
 from hyperwatch.monitor.store.webhooks import DELIVERED, FAILED, PENDING
 

@@ -18,10 +18,9 @@ from sqlalchemy import delete, update
 from sqlalchemy.engine import Connection
 
 from hyperwatch.monitor.core.errors import NotFoundError
+from hyperwatch.monitor.store.alert_models import AlertEventRow, IncidentRow
 from hyperwatch.monitor.store.models import (
-    AlertEventRow,
     Base,
-    IncidentRow,
     IngestedBatchRow,
     MetricChunkRow,
     MetricPointRow,

@@ -13,6 +13,7 @@ from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.store import cardinality, incidents, matrix, segments
 from hyperwatch.monitor.store import downsample as ds
+from hyperwatch.monitor.store.alert_models import AlertEventRow, run_scoped
 from hyperwatch.monitor.store.base import Detector, DetectorFor
 from hyperwatch.monitor.store.engine import managed, retry_busy
 from hyperwatch.monitor.store.entities import (
@@ -30,14 +31,7 @@ from hyperwatch.monitor.store.entities import (
 )
 from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.ingest import Duplicate, LatestSteps, lock_run, new_token, store_points
-from hyperwatch.monitor.store.models import (
-    AlertEventRow,
-    MetricNameRow,
-    ProjectRow,
-    RunRow,
-    SeriesLatestRow,
-    run_scoped,
-)
+from hyperwatch.monitor.store.models import MetricNameRow, ProjectRow, RunRow, SeriesLatestRow
 from hyperwatch.monitor.store.names import check_name_count
 from hyperwatch.monitor.store.points import (
     CODE_LAYER_BITS,

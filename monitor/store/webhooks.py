@@ -21,8 +21,9 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from hyperwatch.monitor.core.errors import ConflictError, NotFoundError
+from hyperwatch.monitor.store.alert_models import WebhookDeliveryRow, WebhookRow
 from hyperwatch.monitor.store.engine import managed, retry_busy
-from hyperwatch.monitor.store.models import ProjectRow, RunRow, WebhookDeliveryRow, WebhookRow
+from hyperwatch.monitor.store.models import ProjectRow, RunRow
 from hyperwatch.monitor.store.points import as_utc, dialect_insert, now_utc
 
 SEVERITIES = ("info", "warning", "critical")

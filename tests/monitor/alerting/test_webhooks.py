@@ -25,8 +25,8 @@ from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.alerting import notify
 from hyperwatch.monitor.core.errors import StoreUnavailableError
 from hyperwatch.monitor.store import SqlStore
+from hyperwatch.monitor.store.alert_models import IncidentRow, WebhookDeliveryRow
 from hyperwatch.monitor.store.entities import NewAlert
-from hyperwatch.monitor.store.models import IncidentRow, WebhookDeliveryRow
 from hyperwatch.monitor.store.outbox import RetryPolicy
 from tests.monitor.conftest import AUTH, WRITE_TOKEN, create_run, make_client, post_points
 from tests.server_thread import start

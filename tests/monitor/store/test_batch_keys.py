@@ -4,7 +4,7 @@ and a writer arriving while it holds the table, on both databases."""
 
 from __future__ import annotations
 
-import threading
+import sqlite3
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -88,23 +88,11 @@ def test_0017_converts_ids_and_times_both_ways(db_url: str) -> None:
         store.close()
 
 
-class _AlterGap(Gap):
-    """PostgreSQL converts in one ``ALTER TABLE``: the writer is let in right before it, with the
-    table already locked (SQLite's gap is the usual one, between its copy and its ``DROP``)."""
-
-    def before(self, _conn: object, _cursor: object, statement: str, *_args: object) -> None:
-        if self.copied and not self.started and statement.lstrip().upper().startswith("ALTER TABLE INGESTED_BATCHES"):
-            self.started = True
-            self.thread = threading.Thread(target=self._writer, daemon=True)
-            self.thread.start()
-            self._wait_until_committed_or_blocked()
-
-
 def _claim(new: bool) -> Any:
     """A service's claim of a new batch on a DB-API connection: 0017's (a key, milliseconds) or 0016's."""
 
     def write(conn: Any) -> None:
-        mark = "%s" if hasattr(conn, "info") else "?"
+        mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
         if new:
             row: tuple[Any, ...] = (batch_key("gap-batch-01"), int(AT.timestamp() * 1000))
         else:
@@ -123,8 +111,13 @@ def test_0017_keeps_every_batch_with_a_writer_arriving_in_the_gap(db_url: str, m
         pg = store.engine.dialect.name == "postgresql"
         if move == "down":
             migrate.upgrade(store.engine, AFTER)
-        marker = "LOCK TABLE ingested_batches" if pg else "INSERT INTO ingested_batches_new"
-        gap = (_AlterGap if pg else Gap)(db_url, marker, _claim(new=move == "down"))  # the writer of the schema left
+        writer = _claim(new=move == "down")  # a service of the schema the migration leaves
+        # PostgreSQL converts in one ALTER TABLE: the writer comes after the LOCK, right before it;
+        # SQLite's gap is the usual one, between its copy and its DROP
+        if pg:
+            gap = Gap(db_url, "LOCK TABLE ingested_batches", writer, ("ALTER TABLE INGESTED_BATCHES",))
+        else:
+            gap = Gap(db_url, "INSERT INTO ingested_batches_new", writer)
         if move == "up":
             _run_held(store, gap, lambda: migrate.upgrade(store.engine, AFTER))
         else:

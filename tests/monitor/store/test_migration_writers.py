@@ -35,11 +35,13 @@ RUN_SQL = (
 
 @dataclass
 class Gap:
-    """Holds the migration at the first DROP/DELETE after ``marker`` ran and runs ``write`` there."""
+    """Holds the migration at the first statement starting with one of ``stops_at`` (DROP or DELETE)
+    after ``marker`` ran, and runs ``write`` there."""
 
     url: str
     marker: str
     write: Callable[[Any], None]  # on a DB-API connection of its own; commits
+    stops_at: tuple[str, ...] = ("DROP", "DELETE")
     copied: bool = False
     started: bool = False
     outcome: list[str] = field(default_factory=list)
@@ -52,7 +54,7 @@ class Gap:
 
     def before(self, _conn: object, _cursor: object, statement: str, *_args: object) -> None:
         head = statement.lstrip().upper()
-        if not self.copied or self.started or not head.startswith(("DROP", "DELETE")):
+        if not self.copied or self.started or not head.startswith(self.stops_at):
             return
         self.started = True
         self.thread = threading.Thread(target=self._writer, daemon=True)
