@@ -93,3 +93,49 @@ def with_thresholds(
         value = math.log(th[key]) if gauges[key][1] else th[key]
         out[col] = [None if v is None else value for v in out[col]]
     return out, missing
+
+
+def sigma_statistics(metric: str, values: Sequence[float], th: dict[str, float]) -> dict[str, float]:
+    """The statistics the service exports for ``metric`` (loss or grad_norm) whose logged values are
+    ``values`` (oldest first), by gauge suffix: what ``monitor.alerting.prometheus`` computes per run."""
+    from hyperwatch.monitor.alerting.trends import shift_stats, spike_span, spike_stats
+
+    found: dict[str, float] = {}
+    spike = spike_stats(values, spike_span(metric, th), th)
+    if spike is not None:
+        found.update({f"{metric}_spike_{k}": v for k, v in spike._asdict().items()})
+    shift = shift_stats(values, th) if metric == "loss" else None
+    if shift is not None:
+        found.update({f"loss_shift_{k}": v for k, v in shift._asdict().items()})
+    return found
+
+
+def with_sigma_statistics(
+    columns: dict[str, list[float | None]], thresholds: dict[str, float]
+) -> dict[str, list[float | None]]:
+    """The scrapes with the loss and grad-norm statistics the service exports since 2026-11-30
+    (``monitor.alerting.prometheus.SIGMA_GAUGES``), where a recording predates them: at each scrape that
+    holds the metric, :func:`sigma_statistics` of the values scraped so far. At one scrape per logged
+    step (the recordings' pace) those are the metric's logged values, what the service reads. A
+    recording that holds the statistics keeps them; ``thresholds`` merge with the defaults."""
+    from hyperwatch.monitor.alerting.prometheus import RUN_GAUGES
+    from hyperwatch.monitor.thresholds.defaults import SIGMA_SPIKE_METRICS
+
+    th = thresholds_for(thresholds)
+    out = dict(columns)
+    for metric in SIGMA_SPIKE_METRICS:
+        gauge = f"hyperwatch_run_{RUN_GAUGES[metric][0]}"
+        col = _gauge_column(columns, gauge)
+        if col is None or _gauge_column(columns, f"hyperwatch_run_{metric}_spike_streak") is not None:
+            continue
+        labels, scraped = col[len(gauge) :], columns[col]
+        seen: list[float] = []
+        stats: dict[str, list[float | None]] = {}
+        for i, value in enumerate(scraped):
+            if value is None:
+                continue
+            seen.append(value)
+            for name, v in sigma_statistics(metric, seen, th).items():
+                stats.setdefault(name, [None] * len(scraped))[i] = v
+        out.update({f"hyperwatch_run_{name}{labels}": v for name, v in stats.items()})
+    return out

@@ -12,7 +12,7 @@ replay) and ``prometheus`` (the recorded scrapes, their threshold gauges rewritt
 ``promtool``).
 
     .venv/bin/python bench/early_warning/ew_lofo.py runs/bench/ewf [--no-prom] [--json OUT] [--grid FILE]
-        [--thresholds '{"attention_lse_max_limit": 80}']
+        [--thresholds '{"attention_lse_max_limit": 80}'] [--rules FILE] [--pace 3]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from ew_learn import family_peaks, learned_over, learning_scorer, loss_rule_warned  # noqa: E402
+from ew_prom import at_pace  # noqa: E402
 from ew_replay import (  # noqa: E402
     RunTrace,
     compare_recorded,
@@ -200,17 +201,19 @@ def prom_rows(
     truth: Mapping[str, Truth],
     workdir: Path,
     cache: dict[tuple[str, tuple[tuple[str, float], ...]], Warn] | None = None,
+    rules: Path = RULES,
+    pace: float = 1.0,
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """The runs scored by the Prometheus rules, each run's scrapes with the gauges of ``keys`` rewritten
-    to its own threshold set (one promtool call for the runs not in ``cache``); and the keys that had
-    no gauge to rewrite."""
+    """The runs scored by the Prometheus rules (``rules``), each run's scrapes with the gauges of ``keys``
+    rewritten to its own threshold set and taken at ``pace`` scrapes per logged step (one promtool call
+    for the runs not in ``cache``); and the keys that had no gauge to rewrite."""
     cache = {} if cache is None else cache
 
     def key(r: Run) -> tuple[str, tuple[tuple[str, float], ...]]:
         return r.name, tuple(sorted((k, v) for k, v in over_of[r.name].items() if v != DEFAULT_THRESHOLDS[k]))
 
     todo = [r for r in runs if key(r) not in cache]
-    found, missing = prom_warnings(todo, over_of, keys, RULES, workdir) if todo else ({}, [])
+    found, missing = prom_warnings(todo, over_of, keys, rules, workdir, pace) if todo else ({}, [])
     cache.update({key(r): found[r.name] for r in todo})
     return [run_row(r, truth[r.name], cache[key(r)]) for r in runs], missing
 
@@ -329,9 +332,11 @@ def report(
                 missing: set[str] = set()
                 done: dict[tuple[str, tuple[tuple[str, float], ...]], Warn] = {}
                 for plan, of in over_of.items():
-                    prom[plan], lost = prom_rows(runs, of, keys, truth, Path(tmp) / plan, done)
+                    prom[plan], lost = prom_rows(runs, of, keys, truth, Path(tmp) / plan, done, args.rules, args.pace)
                     missing.update(lost)
-            print("\n".join(_source_tables("prometheus", prom, weights, fixed)))
+            where = "" if args.rules == RULES else f" ({args.rules})"
+            pace = "" if args.pace == 1 else f", {args.pace:g} scrapes per logged step"
+            print("\n".join(_source_tables(f"prometheus{where}{pace}", prom, weights, fixed)))
             if missing:
                 print(f"  no Prometheus gauge to rewrite for {', '.join(sorted(missing))}: its rules keep their values")
         except RuntimeError as exc:
@@ -389,6 +394,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--grid", type=Path, help="a JSON grid: {threshold: [values]}, optionally 'objective'")
     p.add_argument("--thresholds", help="JSON overrides to score as they are, without a search")
     p.add_argument("--base", help="JSON overrides every threshold set starts from (kept by the search)")
+    p.add_argument(
+        "--rules", type=Path, default=RULES, help="the Prometheus rules to replay (default: prometheus/rules.yml)"
+    )
+    p.add_argument(
+        "--pace",
+        type=float,
+        default=1.0,
+        help="Prometheus scrapes per logged step: k (a run that logs every k scrape intervals) or 1/k, e.g. 0.5 "
+        "(every k-th logged step scraped); default 1, as recorded",
+    )
     learn = p.add_mutually_exclusive_group()
     learn.add_argument(
         "--learn",
@@ -417,6 +432,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.base = check_thresholds(json.loads(args.base), "--base")
             except ValueError as exc:
                 raise InputError(f"--base: not JSON ({exc}): give e.g. '{{\"attention_z_min\": 1e9}}'") from exc
+        if not args.rules.is_file():
+            raise InputError(f"--rules {args.rules}: no such file; give a Prometheus rules file")
+        try:
+            at_pace({}, [], args.pace)
+        except ValueError as exc:
+            raise InputError(f"--pace: {exc}") from exc
         if args.learn is not None and not (math.isfinite(args.learn) and args.learn > 0):
             raise InputError(f"--learn {args.learn}: a multiple above 0, e.g. 3")
         truth = ground_truth(runs)

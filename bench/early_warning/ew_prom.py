@@ -96,6 +96,30 @@ def from_columns(columns: dict[str, list[float | None]]) -> list[Scrape]:
     return [{k: v[i] for k, v in columns.items() if v[i] is not None} for i in range(n)]  # type: ignore[misc]
 
 
+def at_pace(
+    columns: dict[str, list[float | None]], logged_steps: Sequence[int], pace: float
+) -> tuple[dict[str, list[float | None]], list[int]]:
+    """A recording's scrapes (one per logged step) as Prometheus would take them at ``pace`` scrapes per
+    logged step, with the logged step of each: ``pace`` k >= 1, a run that logs every k scrape intervals
+    (each scrape repeated k times: the gauges hold their values between logged steps); 1/k, a run that
+    logs k times per scrape interval (every k-th scrape kept, the last of each k). Gauges the service
+    computes over logged values (the Z baselines, the loss statistics) must be in ``columns`` already:
+    they do not change with the pace, the scraped samples do."""
+    n = len(logged_steps)
+    if pace >= 1:
+        k = round(pace)
+        if k != pace:
+            raise ValueError(f"pace {pace}: a whole number of scrapes per logged step, or 1/k (0.5, 0.25)")
+        keep = [i for i in range(n) for _ in range(k)]
+    else:
+        k = round(1 / pace) if pace > 0 else 0
+        if k < 2 or not math.isclose(1 / k, pace):
+            raise ValueError(f"pace {pace}: a whole number of scrapes per logged step, or 1/k (0.5, 0.25)")
+        keep = list(range(k - 1, n, k))
+    paced = {key: [v[i] if i < len(v) else None for i in keep] for key, v in columns.items()}
+    return paced, [logged_steps[i] for i in keep]
+
+
 def _fmt(v: float | None) -> str:
     if v is None:
         return "_"

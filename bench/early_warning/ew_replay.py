@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
-from ew_gauges import recorded_thresholds, with_thresholds
+from ew_gauges import recorded_thresholds, with_sigma_statistics, with_thresholds
 from ew_score import EFFICIENCY_RULES
 
 from hyperwatch.hooks.columns import PointColumns
@@ -393,18 +393,27 @@ class Scraped(Protocol):
 
 
 def prom_warnings(
-    runs: Sequence[Scraped], over_of: Mapping[str, dict[str, float]], keys: Sequence[str], rules: Path, workdir: Path
+    runs: Sequence[Scraped],
+    over_of: Mapping[str, dict[str, float]],
+    keys: Sequence[str],
+    rules: Path,
+    workdir: Path,
+    pace: float = 1.0,
 ) -> tuple[dict[str, tuple[int | None, int | None]], list[str]]:
     """Per run, (first warning, first at or after its onset) of the Prometheus rules replayed by promtool
-    (one call) over its scrapes, the gauges of ``keys`` rewritten to its threshold set ``over_of[name]``;
-    and the keys that could not be rewritten (no gauge, or none recorded)."""
-    from ew_prom import from_columns, replay
+    (one call) over its scrapes, the gauges of ``keys`` rewritten to its threshold set ``over_of[name]``,
+    taken at ``pace`` scrapes per logged step (``ew_prom.at_pace``); and the keys that could not be
+    rewritten (no gauge, or none recorded)."""
+    from ew_prom import at_pace, from_columns, replay
 
     scrapes: dict[str, Any] = {}
     label_of: dict[str, str] = {}
+    steps_of: dict[str, list[int]] = {}
     missing: set[str] = set()
     for r in runs:
         columns, lost = with_thresholds(r.scrapes, over_of[r.name], keys)
+        columns = with_sigma_statistics(columns, over_of[r.name])  # a recording older than those gauges
+        columns, steps_of[r.name] = at_pace(columns, r.logged_steps, pace)
         missing.update(lost)
         label_of[r.name] = _run_label(columns) or r.name
         scrapes[label_of[r.name]] = from_columns(columns)
@@ -412,7 +421,7 @@ def prom_warnings(
     severity = rule_severities(rules)
     out: dict[str, tuple[int | None, int | None]] = {}
     for r in runs:
-        steps = sorted(counted_prom_steps(fired.get(label_of[r.name], {}), r.logged_steps, severity))
+        steps = sorted(counted_prom_steps(fired.get(label_of[r.name], {}), steps_of[r.name], severity))
         after = None if r.onset is None else next((s for s in steps if s >= r.onset), None)
         out[r.name] = (steps[0] if steps else None, after)
     return out, sorted(missing)

@@ -19,6 +19,16 @@ over the run's group ``spike_window``) and the group's own thresholds (overridde
 detectors use them: :func:`monitor.thresholds.learned.effective_thresholds`): the rule then fires on the
 service detector's three tests (level, ratio, robust deviations), whatever the wall-clock speed,
 and a group's thresholds tune both alerting paths at once.
+
+The loss and grad-norm rules are judged in logged steps the same way (:data:`SIGMA_GAUGES`): per run,
+what :func:`monitor.alerting.trends.spike_stats` and :func:`~monitor.alerting.trends.shift_stats` compute at
+the metric's latest logged point (the streak's lowest value, the mean and sigma of the window before it;
+the loss shift's recent mean, window mean and standard error). Before, the rules took their windows
+and streaks from the scraped samples, so they held logged steps only at one scrape per logged step:
+a run that logs its loss every 3 minutes is scraped 3 times per value, its 16-sample window held ~5
+values and the shift rule's "6 samples without their largest" kept a spike's repeats (the demo's one
+false alarm by the loss, issue 33). A statistic without a verdict (too little history, a non-finite
+value: NaN has its own rule) is not exported, and the rule cannot fire on it.
 """
 
 from __future__ import annotations
@@ -34,9 +44,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from hyperwatch.monitor.alerting.detectors import SPIKE_METRICS, step_baseline
+from hyperwatch.monitor.alerting.trends import shift_span, shift_stats, spike_span, spike_stats
 from hyperwatch.monitor.core.errors import MonitorError
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import ActiveRun, LatestValue
+from hyperwatch.monitor.thresholds.defaults import SIGMA_SPIKE_METRICS
 from hyperwatch.monitor.thresholds.learned import effective_thresholds
 
 log = logging.getLogger(__name__)
@@ -91,6 +103,17 @@ RUN_GAUGES: dict[str, tuple[str, str]] = {
 RUN_LEVEL = frozenset({"loss", "output_z", "grad_norm"})
 """Run-level metrics: no ``hyperwatch_layer_*`` family. The per-head ``attention_lse_max.h<k>`` names
 are no gauges at all (only the layer's max over heads is): the store keeps the heads."""
+
+
+SIGMA_GAUGES: dict[str, str] = {
+    # gauge suffix (hyperwatch_run_<suffix>) -> help; {m}: loss or grad_norm
+    "{m}_spike_streak": "The lowest of the latest {m}_spike_persist logged values: the sigma-spike rule's candidate",
+    "{m}_spike_mean": "Mean of the {m}_spike_window logged values before the streak (the finite ones)",
+    "{m}_spike_sigma": "Standard deviation (population) of the same values as hyperwatch_run_{m}_spike_mean",
+    "loss_shift_recent": "Mean of the latest loss_shift_points logged losses without the largest of them",
+    "loss_shift_mean": "Mean of the loss_shift_window logged losses before those",
+    "loss_shift_error": "Standard deviation of the same losses as hyperwatch_run_loss_shift_mean / sqrt(points - 1)",
+}
 
 
 TREND_GAUGES: dict[str, tuple[str, str]] = {
@@ -149,8 +172,45 @@ class RunCollector(Collector):
         try:
             yield from self._spike_baselines(latest)
             yield from self._trend_thresholds(latest)
+            yield from self._sigma_statistics(latest)
         except MonitorError as exc:
             log.warning("spike baselines skipped: %s", exc)
+
+    def _thresholds(self, groups: dict[int | None, dict[str, float]], group_id: int | None) -> dict[str, float]:
+        """A group's thresholds as the detectors use them, read once per scrape (``groups``: this scrape's)."""
+        if group_id not in groups:
+            groups[group_id] = effective_thresholds(self.store.get_group(group_id) if group_id else None)
+        return groups[group_id]
+
+    def _sigma_statistics(self, latest: list[LatestValue]) -> list[GaugeMetricFamily]:
+        """Per run: the loss and grad-norm rules' statistics at each metric's latest logged point
+        (:data:`SIGMA_GAUGES`), from one window read per run."""
+        labels = ["project", "run"]
+        fams: dict[str, GaugeMetricFamily] = {}
+        for suffix, help_ in SIGMA_GAUGES.items():
+            for m in SIGMA_SPIKE_METRICS if "{m}" in suffix else ("loss",):
+                name = suffix.format(m=m)
+                fams[name] = GaugeMetricFamily(f"hyperwatch_run_{name}", help_.format(m=m), labels=labels)
+        per_run: dict[tuple[str, str, int, int | None], list[LatestValue]] = defaultdict(list)
+        for lv in latest:
+            if lv.name in SIGMA_SPIKE_METRICS and lv.layer is None:
+                per_run[(lv.project, lv.run, lv.run_id, lv.group_id)].append(lv)
+        groups: dict[int | None, dict[str, float]] = {}
+        for (project, run, run_id, group_id), rows in per_run.items():
+            th = self._thresholds(groups, group_id)
+            limit = max(sum(shift_span(th)), *(sum(spike_span(m, th)) for m in SIGMA_SPIKE_METRICS))
+            windows = self.store.trailing_points(run_id, [(lv.name, None, lv.step + 1) for lv in rows], limit)
+            for lv, window in zip(rows, windows, strict=True):
+                values = [v for _step, v in window]
+                spike = spike_stats(values, spike_span(lv.name, th), th)
+                if spike is not None:
+                    for field, value in spike._asdict().items():
+                        fams[f"{lv.name}_spike_{field}"].add_metric([project, run], value)
+                shift = shift_stats(values, th) if lv.name == "loss" else None
+                if shift is not None:
+                    for field, value in shift._asdict().items():
+                        fams[f"loss_shift_{field}"].add_metric([project, run], value)
+        return list(fams.values())
 
     def _trend_thresholds(self, latest: list[LatestValue]) -> list[GaugeMetricFamily]:
         """Per active run: its group's thresholds of the trend rules (prometheus/rules.yml reads them)."""
@@ -165,9 +225,7 @@ class RunCollector(Collector):
             if (lv.project, lv.run) in done:
                 continue
             done.add((lv.project, lv.run))
-            if lv.group_id not in groups:
-                groups[lv.group_id] = effective_thresholds(self.store.get_group(lv.group_id) if lv.group_id else None)
-            th = groups[lv.group_id]
+            th = self._thresholds(groups, lv.group_id)
             for key, fam in fams.items():
                 fam.add_metric([lv.project, lv.run], math.log(th[key]) if key == "growth_factor" else th[key])
         return list(fams.values())
@@ -214,9 +272,7 @@ class RunCollector(Collector):
         groups: dict[int | None, dict[str, float]] = {}
         with_relative: set[tuple[str, str]] = set()
         for (project, run, run_id, group_id, name), rows in layers.items():
-            if group_id not in groups:
-                groups[group_id] = effective_thresholds(self.store.get_group(group_id) if group_id else None)
-            th = groups[group_id]
+            th = self._thresholds(groups, group_id)
             if (project, run) not in with_relative:
                 with_relative.add((project, run))
                 relative.add_metric([project, run], th["spike_min_relative"])

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
@@ -261,9 +262,38 @@ def persistent_spike(
     """(spike?, trailing mean): every value of ``streak`` (logged points in a row) is a
     :func:`sigma_spike` against the same ``history``, the values before the first of them. A blip
     that the next logged point does not repeat is no spike with a streak of two."""
-    verdicts = [sigma_spike(v, history, th) for v in streak]
-    mean = verdicts[0][1] if verdicts else None
-    return bool(verdicts) and all(spike for spike, _ in verdicts), mean
+    stats = spike_stats([*history, *streak], (len(history), len(streak)), th)
+    return stats is not None and is_sigma_spike(stats, th), None if stats is None else stats.mean
+
+
+class SpikeStats(NamedTuple):
+    """What the sigma-spike rule compares at a metric's latest logged point (the Prometheus rules read
+    them as gauges: :mod:`monitor.alerting.prometheus`)."""
+
+    streak: float  # the lowest of the latest ``persist`` values: all of them clear a bar when it does
+    mean: float  # of the finite values of the window before the streak
+    sigma: float  # their (population) standard deviation
+
+
+def spike_stats(values: Sequence[float], span: tuple[int, int], th: dict[str, float]) -> SpikeStats | None:
+    """:class:`SpikeStats` at the end of ``values`` (a metric's logged values, oldest first) for ``span``
+    (window, persist: :func:`spike_span`); None where the rule gives no verdict: a value of the streak
+    is not finite (NaN has its own rule), or fewer than ``sigma_spike_min_points`` finite values precede it."""
+    n, persist = span
+    end = len(values) - persist
+    if end < 0:
+        return None
+    streak = values[end:]
+    history = [v for v in values[max(0, end - n) : end] if math.isfinite(v)]
+    if not all(math.isfinite(v) for v in streak) or len(history) < th["sigma_spike_min_points"]:
+        return None
+    return SpikeStats(min(streak), float(np.mean(history)), float(np.std(history)))
+
+
+def is_sigma_spike(stats: SpikeStats, th: dict[str, float]) -> bool:
+    """The streak above mean + k sigma, and above the mean by the minimum relative jump."""
+    jump = stats.streak - stats.mean
+    return jump > th["sigma_spike_multiple"] * stats.sigma and jump > th["sigma_spike_min_relative"] * abs(stats.mean)
 
 
 def spike_span(name: str, th: dict[str, float]) -> tuple[int, int]:
@@ -301,39 +331,52 @@ def _spikes(
     values = [v for _, v in before] + [v for _, v in pts]
     alerts = []
     for j, (step, value) in enumerate(pts, start=len(before)):
-        first = j - persist + 1
-        if first < 0:
-            continue
-        history = values[max(0, first - n) : first]
-        spike, mean = persistent_spike(values[first : j + 1], history, th)
-        if spike:
-            assert mean is not None
+        stats = spike_stats(values[: j + 1], span, th)
+        if stats is not None and is_sigma_spike(stats, th):
             k = th["sigma_spike_multiple"]
             held = f" ({persist} logged points in a row)" if persist > 1 else ""
+            history = min(n, j + 1 - persist)
             message = (
-                f"{name} spiked to {value:.4g} at step {step}{held}: above the trailing mean {mean:.4g} "
-                f"+ {k:.3g} sigma of the {len(history)} values before"
+                f"{name} spiked to {value:.4g} at step {step}{held}: above the trailing mean {stats.mean:.4g} "
+                f"+ {k:.3g} sigma of the {history} values before"
             )
-            alerts.append(NewAlert(SIGMA_SPIKE_METRICS[name], "warning", name, layer, step, value, mean, message))
+            alerts.append(NewAlert(SIGMA_SPIKE_METRICS[name], "warning", name, layer, step, value, stats.mean, message))
     return alerts
+
+
+class ShiftStats(NamedTuple):
+    """What ``loss_shift`` compares at the loss's latest logged point (gauges for Prometheus too)."""
+
+    recent: float  # the mean of the latest ``loss_shift_points`` values without the largest of them
+    mean: float  # of the ``loss_shift_window`` values before them
+    error: float  # the standard deviation of those / sqrt(points - 1): the recent mean's standard error
+
+
+def shift_stats(values: Sequence[float], th: dict[str, float]) -> ShiftStats | None:
+    """:class:`ShiftStats` at the end of ``values``; None where the rule gives no verdict: fewer than
+    ``loss_shift_points`` values, fewer than ``sigma_spike_min_points`` (and 2) before them, or a value
+    of either part not finite (NaN has its own rule)."""
+    n, m = shift_span(th)
+    recent, history = values[-m:], values[max(0, len(values) - m - n) : max(0, len(values) - m)]
+    if len(recent) < m or len(history) < max(th["sigma_spike_min_points"], 2):
+        return None
+    if not all(math.isfinite(v) for v in (*recent, *history)):
+        return None
+    now = float(np.mean(sorted(recent)[:-1]))
+    return ShiftStats(now, float(np.mean(history)), float(np.std(history)) / math.sqrt(m - 1))
 
 
 def mean_shift(values: Sequence[float], th: dict[str, float]) -> tuple[bool, float | None, float | None]:
     """(shifted?, window mean, recent mean) at the end of ``values``: the mean of the last
     ``loss_shift_points`` without the largest of them (one spike is no shift; it is the spike rule's)
     above the mean of the ``loss_shift_window`` before them by ``loss_shift_multiple`` standard errors
-    (sigma / sqrt(points - 1)) and by the relative minimum. Any non-finite value in either part is no
-    verdict (NaN has its own rule)."""
-    n, m = shift_span(th)
-    recent, history = values[-m:], values[-m - n : -m]
-    if len(recent) < m or len(history) < max(th["sigma_spike_min_points"], 2):
+    (sigma / sqrt(points - 1)) and by the relative minimum (:func:`shift_stats`)."""
+    stats = shift_stats(values, th)
+    if stats is None:
         return False, None, None
-    if not all(math.isfinite(v) for v in (*recent, *history)):
-        return False, None, None
-    mean, now = float(np.mean(history)), float(np.mean(sorted(recent)[:-1]))
-    error = float(np.std(history)) / math.sqrt(m - 1)
-    jump = now - mean
-    return jump > th["loss_shift_multiple"] * error and jump > th["sigma_spike_min_relative"] * abs(mean), mean, now
+    jump = stats.recent - stats.mean
+    shifted = jump > th["loss_shift_multiple"] * stats.error and jump > th["sigma_spike_min_relative"] * abs(stats.mean)
+    return shifted, stats.mean, stats.recent
 
 
 def _shifts(

@@ -238,9 +238,9 @@ def fast_rules(rules: str, for_: str = "0s", minute: str | None = None) -> str:
     """``prometheus/rules.yml`` with every ``for:`` shortened (a demo or a test lasts minutes) and, with
     ``minute``, its wall-clock windows run at a demo's pace; nothing else.
 
-    The Z-spike rules need no shortening: their baseline is counted in training steps (the service
-    exports it), so they fire at a demo's pace as in production. The others (MaxVio for 10 minutes,
-    a stale run for 5) would never fire within a demo. The growth and loss rules read windows written
+    The Z-spike, loss and grad-norm rules need no shortening: their statistics are counted in logged
+    steps (the service exports them), so they fire at a demo's pace as in production. The others (MaxVio
+    for 10 minutes, a stale run for 5) would never fire within a demo. The growth rules read windows written
     for one logged step a minute (16 one-minute samples): in a demo that logs every step a few seconds
     apart, a 16-minute window holds the whole run and any rise of an indicator above its floor reads as
     a climb. ``minute`` (the scrape interval, e.g. ``"1s"``) maps each of their minutes to it: the

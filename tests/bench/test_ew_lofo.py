@@ -242,6 +242,8 @@ def test_bad_input_exits_2_naming_the_fix(recorded: Path, tmp_path: Path, capsys
     assert "unknown threshold 'logit_limit'" in _fails(capsys, str(recorded), "--grid", str(grid))
     assert "unknown threshold 'x'" in _fails(capsys, str(recorded), "--thresholds", '{"x": 1}')
     assert "not JSON" in _fails(capsys, str(recorded), "--thresholds", "{")
+    assert "--pace: pace 0.3: a whole number" in _fails(capsys, str(recorded), "--pace", "0.3")
+    assert "no such file" in _fails(capsys, str(recorded), "--rules", str(tmp_path / "none.yml"))
     bad = recorded / "runs" / "mid-best-s0.json"
     doc = json.loads(bad.read_text())
     del doc["batches"]

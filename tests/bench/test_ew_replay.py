@@ -16,7 +16,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench" / "early_warning"))
 
-from ew_gauges import recorded_thresholds, with_thresholds  # noqa: E402
+from ew_gauges import recorded_thresholds, with_sigma_statistics, with_thresholds  # noqa: E402
+from ew_prom import at_pace  # noqa: E402
 from ew_replay import (  # noqa: E402
     MemoryReader,
     RunTrace,
@@ -234,6 +235,34 @@ def test_threshold_gauges_are_read_and_rewritten() -> None:
     out, missing = with_thresholds(SCRAPES, {"growth_recent": 0}, ["growth_recent"])
     assert out['hyperwatch_run_growth_recent{project="default",run="r"}'] == [None, 0.0, 0.0] and missing == []
     assert 'hyperwatch_run_growth_recent{project="default",run="r"}' not in SCRAPES  # the input is left as it was
+
+
+def test_at_pace_repeats_or_thins_the_scrapes_with_their_steps() -> None:
+    cols = {"a": [1.0, None, 3.0], "b": [4.0, 5.0]}  # a shorter column reads as missing at the end
+    assert at_pace(cols, [0, 4, 8], 1) == (
+        {"a": [1.0, None, 3.0], "b": [4.0, 5.0, None]}, [0, 4, 8])  # fmt: skip
+    assert at_pace(cols, [0, 4, 8], 2) == (
+        {"a": [1.0, 1.0, None, None, 3.0, 3.0], "b": [4.0, 4.0, 5.0, 5.0, None, None]}, [0, 0, 4, 4, 8, 8])  # fmt: skip
+    assert at_pace(cols, [0, 4, 8, 12], 0.5) == ({"a": [None, None], "b": [5.0, None]}, [4, 12])
+    for bad in (1.5, 0.3, 0.0, -1.0):
+        with pytest.raises(ValueError, match="a whole number of scrapes per logged step"):
+            at_pace(cols, [0, 4, 8], bad)
+
+
+def test_sigma_statistics_are_written_where_a_recording_lacks_them() -> None:
+    key = 'hyperwatch_run_loss_nats{project="default",run="r"}'
+    loss: list[float | None] = [3.0 + 0.01 * (i % 3) for i in range(20)]
+    loss[18] = None  # a scrape without the loss: no statistic there, and no value counted
+    loss[19] = 5.0
+    out = with_sigma_statistics({key: loss}, {})
+    mean = out['hyperwatch_run_loss_spike_mean{project="default",run="r"}']
+    assert mean[:16] == [None] * 16 and mean[18] is None  # 16 values before the latest are needed
+    assert mean[19] == pytest.approx(sum(v for v in loss[2:18] if v is not None) / 16)
+    assert out['hyperwatch_run_loss_spike_streak{project="default",run="r"}'][19] == 5.0
+    assert not any(k.startswith("hyperwatch_run_loss_shift") for k in out)  # 19 values: fewer than 6 + 16
+    assert not any(k.startswith("hyperwatch_run_grad_norm_spike") for k in out)  # no grad norm recorded
+    recorded = {**out, key: [0.0] * 20}
+    assert with_sigma_statistics(recorded, {}) == recorded  # a recording that holds them keeps them
 
 
 def test_compare_recorded_names_what_differs() -> None:

@@ -46,6 +46,19 @@ def test_fast_rules_keep_the_expressions_and_shorten_only_for() -> None:
     # The spike rules look back in steps (the service's baseline gauge), not over a wall-clock range.
     spike = prod.split("alert: HyperWatchAttentionZSpike", 1)[1].split("- alert:", 1)[0]
     assert "_baseline" in spike and "[" not in spike.split("annotations:")[0]
+    # so do the loss and grad-norm rules (the service's statistics in logged values, since 2026-11-30)
+    for alert, gauge in (
+        ("LossSpike", "loss_spike_"),
+        ("LossShift", "loss_shift_"),
+        ("GradNormSpike", "grad_norm_spike_"),
+    ):
+        expr = _rule(prod, f"HyperWatch{alert}").split("annotations:")[0]
+        assert f"hyperwatch_run_{gauge}" in expr and "[" not in expr and "offset" not in expr
+
+
+def _rule(rules: str, alert: str) -> str:
+    """One rule's text, from its name to the next rule."""
+    return rules.split(f"alert: {alert}\n", 1)[1].split("- alert:", 1)[0]
 
 
 def test_fast_rules_at_a_demo_pace_scale_only_the_wall_clock_windows() -> None:
@@ -60,8 +73,8 @@ def test_fast_rules_at_a_demo_pace_scale_only_the_wall_clock_windows() -> None:
     assert f"deriv(ln({z})[16000ms:1000ms]) * 1 * (count_over_time({z}[15500ms]) - 1) >=" in growth
     assert f"deriv(ln({z})[8000ms:1000ms]) * 1 * (count_over_time({z}[15500ms]) - 1) >=" in growth
     assert "count_over_time(hyperwatch_run_attention_z_max[16000ms]) >= 8" in growth
-    shift = fast.split("alert: HyperWatchLossShift\n", 1)[1].split("- alert:", 1)[0]
-    assert "[5500ms]" in shift and "offset 6000ms" in shift and "[15500ms]" in shift
+    for alert in ("HyperWatchLossSpike", "HyperWatchLossShift", "HyperWatchGradNormSpike"):  # counted in steps
+        assert _rule(fast, alert) == _rule(fast_rules(prod), alert)
 
     # everything but the durations and the span factor is the file's own text
     def code(text: str) -> list[str]:

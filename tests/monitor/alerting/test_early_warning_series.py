@@ -4,7 +4,9 @@ Each case takes the run-level loss and grad norm of a run ``bench/early_warning/
 ``/metrics`` scrape per logged step, ``tests/monitor/alerting/data/ew_series/``), edited where the case needs
 it (a NaN put in, a blip held for a second logged point, a steady climb added), and replays it
 (a) through the service, one batch per logged step as the hooks send them, and (b) through
-``promtool test rules`` over the same scrapes. Both must name the same first step of each rule.
+``promtool test rules`` over the same scrapes, with the statistics the service exports for them (in logged
+steps; ``tests/monitor/alerting/test_prometheus.py`` checks the service's against the same function). Both
+must name the same first step of each rule.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tests.monitor.conftest import create_run, post_points, promtool
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "bench" / "early_warning"))
 
+from ew_gauges import with_sigma_statistics  # noqa: E402
 from ew_prom import add_threshold, column_key, from_columns, replay  # noqa: E402
 
 SERIES = Path(__file__).parent / "data" / "ew_series"
@@ -101,7 +104,8 @@ def _case(name: str) -> tuple[list[int], Columns]:
     steps, cols = _recorded(run)
     if edit is not None:
         edit(cols)
-    return steps, cols
+    # the loss and grad-norm statistics the service exports, in logged steps (the recordings predate them)
+    return steps, with_sigma_statistics(cols, {})
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,124 @@
+"""The loss and grad-norm statistics /metrics exports for the Prometheus rules: the detectors' own, in
+logged steps, with the run's group thresholds (the rules used to take windows of scraped samples)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from hyperwatch.monitor.thresholds.defaults import thresholds_for
+from tests.monitor.alerting.test_prometheus import _samples
+from tests.monitor.conftest import AUTH, create_run, post_points
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench" / "early_warning"))
+
+from ew_gauges import sigma_statistics
+
+GAUGES = (
+    "loss_spike_streak", "loss_spike_mean", "loss_spike_sigma", "loss_shift_recent", "loss_shift_mean",
+    "loss_shift_error", "grad_norm_spike_streak", "grad_norm_spike_mean", "grad_norm_spike_sigma",
+)  # fmt: skip
+SPIKE_AT, NAN_AT, N = 24, 30, 40
+
+
+def _series() -> tuple[list[float], list[float]]:
+    """A noisy falling loss with a spike and a NaN, and a noisy grad norm held high for two points."""
+    rng = np.random.default_rng(7)
+    loss = (3.0 - 0.005 * np.arange(N) + rng.normal(0, 0.03, N)).tolist()
+    loss[SPIKE_AT] += 2.0
+    loss[NAN_AT] = math.nan
+    grad = (1.0 + rng.normal(0, 0.05, N)).tolist()
+    grad[SPIKE_AT] = grad[SPIKE_AT + 1] = 9.0
+    return loss, grad
+
+
+def _wire(v: float) -> float | str:
+    return "NaN" if math.isnan(v) else v
+
+
+def test_statistics_are_the_detectors_over_the_logged_values_with_the_groups_thresholds(client: TestClient) -> None:
+    over = {"loss_shift_points": 4, "loss_spike_window": 12, "sigma_spike_min_points": 10}
+    r = client.post("/api/v1/groups", json={"name": "g", "thresholds": over}, headers=AUTH)
+    assert r.status_code == 201, r.text
+    create_run(client, "grouped", group="g")
+    create_run(client, "plain")
+    loss, grad = _series()
+    th = {"grouped": thresholds_for(over), "plain": thresholds_for({})}
+    seen: dict[str, list[dict[str, float]]] = {"grouped": [], "plain": []}
+    for i in range(N):
+        for run in th:
+            pts = [
+                {"name": "loss", "step": 4 * i, "value": _wire(loss[i])},
+                {"name": "grad_norm", "step": 4 * i, "value": grad[i]},
+            ]
+            post_points(client, run, pts)
+        s = _samples(client)
+        for run in th:
+            labels = (("project", "default"), ("run", run))
+            seen[run].append(
+                {g: s[(f"hyperwatch_run_{g}", labels)] for g in GAUGES if (f"hyperwatch_run_{g}", labels) in s}
+            )
+    for run, rows in seen.items():
+        for i, got in enumerate(rows):
+            want = {
+                **sigma_statistics("loss", loss[: i + 1], th[run]),
+                **sigma_statistics("grad_norm", grad[: i + 1], th[run]),
+            }
+            assert got == pytest.approx(want, rel=1e-12, abs=1e-15), (run, i)
+    plain, grouped = seen["plain"], seen["grouped"]
+    # no verdict before 16 values of history (sigma_spike_min_points): nothing exported
+    assert "loss_spike_mean" not in plain[15] and "loss_spike_mean" in plain[16]
+    # at the spike: the 16 losses before it, counted in logged values whatever the scrape pace
+    spike = plain[SPIKE_AT]
+    assert spike["loss_spike_streak"] == loss[SPIKE_AT]
+    assert spike["loss_spike_mean"] == pytest.approx(np.mean(loss[SPIKE_AT - 16 : SPIKE_AT]))
+    assert spike["loss_spike_sigma"] == pytest.approx(np.std(loss[SPIKE_AT - 16 : SPIKE_AT]))
+    assert spike["loss_spike_streak"] - spike["loss_spike_mean"] > 4 * spike["loss_spike_sigma"]
+    # the group's window (12 values, 10 needed): its mean is over other losses
+    assert grouped[SPIKE_AT]["loss_spike_mean"] == pytest.approx(np.mean(loss[SPIKE_AT - 12 : SPIKE_AT]))
+    # the grad norm's streak is its 2 latest values: their lowest
+    assert plain[SPIKE_AT]["grad_norm_spike_streak"] == min(grad[SPIKE_AT - 1], grad[SPIKE_AT])
+    assert plain[SPIKE_AT + 1]["grad_norm_spike_streak"] == 9.0
+    # the shift: the group's 4 latest losses without their largest; sigma / sqrt(3)
+    recent = sorted(loss[SPIKE_AT - 3 : SPIKE_AT + 1])[:-1]
+    assert grouped[SPIKE_AT]["loss_shift_recent"] == pytest.approx(np.mean(recent))
+    before = loss[SPIKE_AT - 3 - 16 : SPIKE_AT - 3]
+    assert grouped[SPIKE_AT]["loss_shift_error"] == pytest.approx(np.std(before) / math.sqrt(3))
+    # a NaN loss: no spike verdict while it is the latest, no shift while it is in the window (its own rule fires)
+    assert not any(g.startswith("loss_spike") for g in plain[NAN_AT])
+    assert not any(g.startswith("loss_shift") for g in plain[NAN_AT + 5])
+    # after it, the NaN is left out of the history: 15 finite values of 16 are too few for the defaults,
+    # 11 of 12 enough for the group's 10
+    assert "loss_spike_mean" not in plain[NAN_AT + 1]
+    assert grouped[NAN_AT + 1]["loss_spike_mean"] == pytest.approx(np.nanmean(loss[NAN_AT + 1 - 12 : NAN_AT + 1]))
+
+
+def test_the_services_alerts_fire_where_the_exported_statistics_say(client: TestClient) -> None:
+    """The detector's loss_spike and grad_norm_spike, and the rules' comparisons on the gauges, agree."""
+    create_run(client, "r")
+    loss, grad = _series()
+    fires: dict[str, list[int]] = {"loss_spike": [], "grad_norm_spike": []}
+    th = thresholds_for({})
+    for i in range(N):
+        pts = [
+            {"name": "loss", "step": 4 * i, "value": _wire(loss[i])},
+            {"name": "grad_norm", "step": 4 * i, "value": grad[i]},
+        ]
+        post_points(client, "r", pts)
+        s = {k[0]: v for k, v in _samples(client).items() if ("run", "r") in k[1]}
+        for metric in ("loss", "grad_norm"):
+            p = f"hyperwatch_run_{metric}_spike_"
+            if p + "mean" in s:
+                jump = s[p + "streak"] - s[p + "mean"]
+                if jump > th["sigma_spike_multiple"] * s[p + "sigma"] and jump > th["sigma_spike_min_relative"] * abs(
+                    s[p + "mean"]
+                ):
+                    fires[f"{metric}_spike"].append(4 * i)
+    alerts = client.get("/api/v1/alerts", params={"limit": "1000"}).json()
+    stored = {rule: sorted(a["step"] for a in alerts if a["rule"] == rule) for rule in fires}
+    assert fires == stored == {"loss_spike": [4 * SPIKE_AT], "grad_norm_spike": [4 * (SPIKE_AT + 1)]}
