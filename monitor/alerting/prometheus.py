@@ -170,19 +170,22 @@ class RunCollector(Collector):
             return
         yield from self._latest(latest, runs)
         try:
-            yield from self._spike_baselines(latest)
-            yield from self._trend_thresholds(latest)
-            yield from self._sigma_statistics(latest)
+            groups: dict[int | None, dict[str, float]] = {}  # each group's thresholds, read once a scrape
+            yield from self._spike_baselines(latest, groups)
+            yield from self._trend_thresholds(latest, groups)
+            yield from self._sigma_statistics(latest, groups)
         except MonitorError as exc:
             log.warning("spike baselines skipped: %s", exc)
 
     def _thresholds(self, groups: dict[int | None, dict[str, float]], group_id: int | None) -> dict[str, float]:
-        """A group's thresholds as the detectors use them, read once per scrape (``groups``: this scrape's)."""
+        """A group's thresholds as the detectors use them (``groups``: those this scrape read)."""
         if group_id not in groups:
             groups[group_id] = effective_thresholds(self.store.get_group(group_id) if group_id else None)
         return groups[group_id]
 
-    def _sigma_statistics(self, latest: list[LatestValue]) -> list[GaugeMetricFamily]:
+    def _sigma_statistics(
+        self, latest: list[LatestValue], groups: dict[int | None, dict[str, float]]
+    ) -> list[GaugeMetricFamily]:
         """Per run: the loss and grad-norm rules' statistics at each metric's latest logged point
         (:data:`SIGMA_GAUGES`), from one window read per run."""
         labels = ["project", "run"]
@@ -195,7 +198,6 @@ class RunCollector(Collector):
         for lv in latest:
             if lv.name in SIGMA_SPIKE_METRICS and lv.layer is None:
                 per_run[(lv.project, lv.run, lv.run_id, lv.group_id)].append(lv)
-        groups: dict[int | None, dict[str, float]] = {}
         for (project, run, run_id, group_id), rows in per_run.items():
             th = self._thresholds(groups, group_id)
             limit = max(sum(shift_span(th)), *(sum(spike_span(m, th)) for m in SIGMA_SPIKE_METRICS))
@@ -212,14 +214,15 @@ class RunCollector(Collector):
                         fams[f"loss_shift_{field}"].add_metric([project, run], value)
         return list(fams.values())
 
-    def _trend_thresholds(self, latest: list[LatestValue]) -> list[GaugeMetricFamily]:
+    def _trend_thresholds(
+        self, latest: list[LatestValue], groups: dict[int | None, dict[str, float]]
+    ) -> list[GaugeMetricFamily]:
         """Per active run: its group's thresholds of the trend rules (prometheus/rules.yml reads them)."""
         labels = ["project", "run"]
         fams = {
             key: GaugeMetricFamily(f"hyperwatch_run_{name}", help_, labels=labels)
             for key, (name, help_) in TREND_GAUGES.items()
         }
-        groups: dict[int | None, dict[str, float]] = {}
         done: set[tuple[str, str]] = set()
         for lv in latest:
             if (lv.project, lv.run) in done:
@@ -230,7 +233,9 @@ class RunCollector(Collector):
                 fam.add_metric([lv.project, lv.run], math.log(th[key]) if key == "growth_factor" else th[key])
         return list(fams.values())
 
-    def _spike_baselines(self, latest: list[LatestValue]) -> list[GaugeMetricFamily]:
+    def _spike_baselines(
+        self, latest: list[LatestValue], groups: dict[int | None, dict[str, float]]
+    ) -> list[GaugeMetricFamily]:
         """Per run and spike metric: the step-space baseline and the group's thresholds."""
         labels = ["project", "run"]
         base = {
@@ -269,7 +274,6 @@ class RunCollector(Collector):
         for lv in latest:
             if lv.name in SPIKE_METRICS:
                 layers[(lv.project, lv.run, lv.run_id, lv.group_id, lv.name)].append((lv.layer, lv.step))
-        groups: dict[int | None, dict[str, float]] = {}
         with_relative: set[tuple[str, str]] = set()
         for (project, run, run_id, group_id, name), rows in layers.items():
             th = self._thresholds(groups, group_id)
