@@ -8,7 +8,7 @@ goes and what the service ran at before it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from hyperwatch.monitor.thresholds.defaults import thresholds_for
@@ -110,32 +110,56 @@ def sigma_statistics(metric: str, values: Sequence[float], th: dict[str, float])
     return found
 
 
-def with_sigma_statistics(
-    columns: dict[str, list[float | None]], thresholds: dict[str, float]
+_Stats = Callable[[list[float], list[tuple[int, float]]], dict[str, float]]
+"""(values so far, (logged step, value) so far) -> the gauges' values by suffix."""
+
+
+def _sigma_of(metric: str, th: dict[str, float]) -> _Stats:
+    return lambda seen, _points: sigma_statistics(metric, seen, th)
+
+
+def _growth_of(metric: str, th: dict[str, float]) -> _Stats:
+    from hyperwatch.monitor.alerting.trends import growth_stats
+
+    def stats(_seen: list[float], points: list[tuple[int, float]]) -> dict[str, float]:
+        found = growth_stats(points, th)
+        return {} if found is None else {f"{metric}_growth_rise": found.rise, f"{metric}_growth_late": found.late}
+
+    return stats
+
+
+def with_step_statistics(
+    columns: dict[str, list[float | None]], thresholds: dict[str, float], logged_steps: Sequence[int]
 ) -> dict[str, list[float | None]]:
-    """The scrapes with the loss and grad-norm statistics the service exports since 2026-11-30
-    (``monitor.alerting.prometheus.SIGMA_GAUGES``), where a recording predates them: at each scrape that
-    holds the metric, :func:`sigma_statistics` of the values scraped so far. At one scrape per logged
-    step (the recordings' pace) those are the metric's logged values, what the service reads. A
-    recording that holds the statistics keeps them; ``thresholds`` merge with the defaults."""
+    """The scrapes with the statistics in logged steps the service exports since 2026-11-30 (the loss and
+    grad-norm ones, ``monitor.alerting.prometheus.SIGMA_GAUGES``; the growth rises, ``GROWTH_GAUGES``)
+    where a recording predates them: at each scrape that holds the metric, what the service's functions
+    give over the values scraped so far (:func:`sigma_statistics`; ``trends.growth_stats`` of the
+    max-over-layers gauge at ``logged_steps``). At one scrape per logged step (the recordings' pace)
+    those are the metric's logged values, what the service reads. A recording that holds the statistics
+    keeps them; ``thresholds`` merge with the defaults."""
     from hyperwatch.monitor.alerting.prometheus import RUN_GAUGES
-    from hyperwatch.monitor.thresholds.defaults import SIGMA_SPIKE_METRICS
+    from hyperwatch.monitor.thresholds.defaults import GROWTH_METRICS, SIGMA_SPIKE_METRICS
 
     th = thresholds_for(thresholds)
     out = dict(columns)
-    for metric in SIGMA_SPIKE_METRICS:
+    todo = [(m, "spike_streak", _sigma_of(m, th)) for m in SIGMA_SPIKE_METRICS]
+    todo += [(m, "growth_rise", _growth_of(m, th)) for m in GROWTH_METRICS]
+    for metric, marker, stats in todo:
         gauge = f"hyperwatch_run_{RUN_GAUGES[metric][0]}"
         col = _gauge_column(columns, gauge)
-        if col is None or _gauge_column(columns, f"hyperwatch_run_{metric}_spike_streak") is not None:
+        if col is None or _gauge_column(columns, f"hyperwatch_run_{metric}_{marker}") is not None:
             continue
         labels, scraped = col[len(gauge) :], columns[col]
         seen: list[float] = []
-        stats: dict[str, list[float | None]] = {}
+        points: list[tuple[int, float]] = []
+        found: dict[str, list[float | None]] = {}
         for i, value in enumerate(scraped):
             if value is None:
                 continue
             seen.append(value)
-            for name, v in sigma_statistics(metric, seen, th).items():
-                stats.setdefault(name, [None] * len(scraped))[i] = v
-        out.update({f"hyperwatch_run_{name}{labels}": v for name, v in stats.items()})
+            points.append((logged_steps[i], value))
+            for name, v in stats(seen, points).items():
+                found.setdefault(name, [None] * len(scraped))[i] = v
+        out.update({f"hyperwatch_run_{name}{labels}": v for name, v in found.items()})
     return out

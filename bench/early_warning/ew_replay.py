@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
-from ew_gauges import recorded_thresholds, with_sigma_statistics, with_thresholds
+from ew_gauges import recorded_thresholds, with_step_statistics, with_thresholds
 from ew_score import EFFICIENCY_RULES
 
 from hyperwatch.hooks.columns import PointColumns
@@ -412,7 +412,7 @@ def prom_warnings(
     missing: set[str] = set()
     for r in runs:
         columns, lost = with_thresholds(r.scrapes, over_of[r.name], keys)
-        columns = with_sigma_statistics(columns, over_of[r.name])  # a recording older than those gauges
+        columns = with_step_statistics(columns, over_of[r.name], r.logged_steps)  # a recording older than those gauges
         columns, steps_of[r.name] = at_pace(columns, r.logged_steps, pace)
         missing.update(lost)
         label_of[r.name] = _run_label(columns) or r.name

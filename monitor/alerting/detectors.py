@@ -35,7 +35,7 @@ import numpy as np
 from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import MAX_LAYER, Point, base_name, encode_value
 from hyperwatch.monitor.alerting.heads import is_head
-from hyperwatch.monitor.alerting.trends import detect_trends
+from hyperwatch.monitor.alerting.trends import detect_trends, per_step_max
 from hyperwatch.monitor.store.base import Store, WindowReader
 from hyperwatch.monitor.store.entities import NewAlert
 from hyperwatch.monitor.thresholds.defaults import DEFAULT_THRESHOLDS, thresholds_for
@@ -67,12 +67,7 @@ def step_baseline(windows: Sequence[Sequence[tuple[int, float]]], th: dict[str, 
     detector leaves them out; None with fewer than ``spike_min_points`` steps of history. The
     deviation is 1.4826 x the MAD, as :func:`is_spike` measures a jump.
     """
-    per_step: dict[int, float] = {}
-    for window in windows:
-        for step, value in window:
-            if math.isfinite(value):
-                per_step[step] = max(value, per_step.get(step, -math.inf))
-    newest = [per_step[s] for s in sorted(per_step)[-int(th["spike_window"]) :]]
+    newest = [v for _step, v in per_step_max(windows)[-int(th["spike_window"]) :]]
     if not newest or len(newest) < th["spike_min_points"]:
         return None
     med = _median(sorted(newest))

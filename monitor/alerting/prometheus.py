@@ -28,7 +28,11 @@ and streaks from the scraped samples, so they held logged steps only at one scra
 a run that logs its loss every 3 minutes is scraped 3 times per value, its 16-sample window held ~5
 values and the shift rule's "6 samples without their largest" kept a spike's repeats (the demo's one
 false alarm by the loss, issue 33). A statistic without a verdict (too little history, a non-finite
-value: NaN has its own rule) is not exported, and the rule cannot fire on it.
+value: NaN has its own rule) is not exported, and the rule cannot fire on it. The growth rules too
+(:data:`GROWTH_GAUGES`): the fitted rise of ln(max over layers) over the last ``growth_window`` logged
+steps, where ``deriv`` over 16 one-minute samples held 16 logged steps only at one scrape per logged
+step (at 3 scrapes per step ~5, so a climb came late; at one scrape per 4 steps 64, so a slow one
+fired). Every rule of ``prometheus/rules.yml`` is now counted in logged steps.
 """
 
 from __future__ import annotations
@@ -44,11 +48,18 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from hyperwatch.monitor.alerting.detectors import SPIKE_METRICS, step_baseline
-from hyperwatch.monitor.alerting.trends import shift_span, shift_stats, spike_span, spike_stats
+from hyperwatch.monitor.alerting.trends import (
+    growth_stats,
+    per_step_max,
+    shift_span,
+    shift_stats,
+    spike_span,
+    spike_stats,
+)
 from hyperwatch.monitor.core.errors import MonitorError
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import ActiveRun, LatestValue
-from hyperwatch.monitor.thresholds.defaults import SIGMA_SPIKE_METRICS
+from hyperwatch.monitor.thresholds.defaults import GROWTH_METRICS, SIGMA_SPIKE_METRICS
 from hyperwatch.monitor.thresholds.learned import effective_thresholds
 
 log = logging.getLogger(__name__)
@@ -116,6 +127,13 @@ SIGMA_GAUGES: dict[str, str] = {
 }
 
 
+GROWTH_GAUGES: dict[str, str] = {
+    # gauge suffix (hyperwatch_run_<metric>_<suffix>) -> help; per growth metric, over its max over layers
+    "growth_rise": "Fitted rise of ln(max over layers of {m}) over its last growth_window logged steps (Theil-Sen)",
+    "growth_late": "The same window's last growth_window // 2 logged steps' rise, carried over its span (NaN: no fit)",
+}
+
+
 TREND_GAUGES: dict[str, tuple[str, str]] = {
     # threshold (monitor.thresholds.defaults) -> (gauge suffix, help)
     "attention_lse_max_limit": ("logit_ceiling", "The group threshold attention_lse_max_limit (logit)"),
@@ -174,6 +192,7 @@ class RunCollector(Collector):
             yield from self._spike_baselines(latest, groups)
             yield from self._trend_thresholds(latest, groups)
             yield from self._sigma_statistics(latest, groups)
+            yield from self._growth_statistics(latest, groups)
         except MonitorError as exc:
             log.warning("spike baselines skipped: %s", exc)
 
@@ -212,6 +231,33 @@ class RunCollector(Collector):
                 if shift is not None:
                     for field, value in shift._asdict().items():
                         fams[f"loss_shift_{field}"].add_metric([project, run], value)
+        return list(fams.values())
+
+    def _growth_statistics(
+        self, latest: list[LatestValue], groups: dict[int | None, dict[str, float]]
+    ) -> list[GaugeMetricFamily]:
+        """Per run and growth metric: the growth rule's rise over the metric's last ``growth_window`` logged
+        steps, its max over layers per step (:data:`GROWTH_GAUGES`), from one window read per run."""
+        labels = ["project", "run"]
+        fams = {
+            (m, suffix): GaugeMetricFamily(f"hyperwatch_run_{m}_{suffix}", help_.format(m=m), labels=labels)
+            for m in GROWTH_METRICS
+            for suffix, help_ in GROWTH_GAUGES.items()
+        }
+        per_run: dict[tuple[str, str, int, int | None], list[LatestValue]] = defaultdict(list)
+        for lv in latest:
+            if lv.name in GROWTH_METRICS:
+                per_run[(lv.project, lv.run, lv.run_id, lv.group_id)].append(lv)
+        for (project, run, run_id, group_id), rows in per_run.items():
+            th = self._thresholds(groups, group_id)
+            top = {m: max(lv.step for lv in rows if lv.name == m) for m in {lv.name for lv in rows}}
+            keys = [(lv.name, lv.layer, top[lv.name] + 1) for lv in rows]  # every layer, to the metric's latest step
+            windows = self.store.trailing_points(run_id, keys, int(th["growth_window"]))
+            for m in top:
+                found = growth_stats(per_step_max([w for lv, w in zip(rows, windows, strict=True) if lv.name == m]), th)
+                if found is not None:
+                    fams[(m, "growth_rise")].add_metric([project, run], found.rise)
+                    fams[(m, "growth_late")].add_metric([project, run], found.late)
         return list(fams.values())
 
     def _trend_thresholds(

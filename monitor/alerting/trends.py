@@ -221,6 +221,34 @@ def recent_rise(window: Sequence[tuple[int, float]], n: int) -> float:
     return fitted * span / tail_span if tail_span > 0 and math.isfinite(fitted) else math.nan
 
 
+def per_step_max(windows: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """(step, the max over ``windows`` of the finite values logged at it), by step: a metric's series
+    across layers as its max-over-layers gauge shows it, one point per logged step."""
+    top: dict[int, float] = {}
+    for window in windows:
+        for step, value in window:
+            if math.isfinite(value):
+                top[step] = max(value, top.get(step, -math.inf))
+    return sorted(top.items())
+
+
+class GrowthStats(NamedTuple):
+    """What ``z_growth`` compares with ln(``growth_factor``), for the Prometheus rules (gauges)."""
+
+    rise: float  # the window's fitted rise of ln(value) (:func:`fitted_log_rise`)
+    late: float  # its last growth_window // 2 points' rise over the window's span (NaN: no fit)
+
+
+def growth_stats(points: Sequence[tuple[int, float]], th: dict[str, float]) -> GrowthStats | None:
+    """:class:`GrowthStats` of the last ``growth_window`` of ``points`` (step, value; oldest first), the
+    growth rule's window; None with fewer than ``growth_min_points`` points or no fit of the window."""
+    n = int(th["growth_window"])
+    window = _GrowthWindow(list(points)[-n:], n)
+    if len(window.points) < max(2, int(th["growth_min_points"])) or not math.isfinite(window.fitted):
+        return None
+    return GrowthStats(window.fitted, window.late)
+
+
 class _GrowthWindow:
     """A growth window (at most ``n`` points, oldest first), its fits made at most once: the warning and
     the info tier, and the alert's message, read the same two, and neither is made for a window that

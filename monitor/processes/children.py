@@ -234,41 +234,17 @@ def alerting_available() -> str | None:
     return None
 
 
-def fast_rules(rules: str, for_: str = "0s", minute: str | None = None) -> str:
-    """``prometheus/rules.yml`` with every ``for:`` shortened (a demo or a test lasts minutes) and, with
-    ``minute``, its wall-clock windows run at a demo's pace; nothing else.
+def fast_rules(rules: str, for_: str = "0s") -> str:
+    """``prometheus/rules.yml`` with every ``for:`` shortened (a demo or a test lasts minutes); nothing else.
 
-    The Z-spike, loss and grad-norm rules need no shortening: their statistics are counted in logged
-    steps (the service exports them), so they fire at a demo's pace as in production. The others (MaxVio
-    for 10 minutes, a stale run for 5) would never fire within a demo. The growth rules read windows written
-    for one logged step a minute (16 one-minute samples): in a demo that logs every step a few seconds
-    apart, a 16-minute window holds the whole run and any rise of an indicator above its floor reads as
-    a climb. ``minute`` (the scrape interval, e.g. ``"1s"``) maps each of their minutes to it: the
-    ranges, subquery steps and offsets, and the ``* 60`` that turns a per-second slope into the rise
-    per minute its samples span. Thresholds, labels and the logic stay those of the file.
+    Every rule compares statistics counted in logged steps (the service exports them: the Z baselines,
+    the loss and grad-norm statistics, the growth rises), so the rules fire at a demo's pace as in
+    production, whatever the scrape interval; only a ``for:`` is wall-clock (MaxVio for 2 minutes, a
+    stale run for 5) and would never fire within a demo. Until 2026-11-30 the growth and loss rules
+    took windows of one-minute samples, and a demo that logs a step every few seconds had them
+    rewritten to its scrape interval.
     """
-    out = re.sub(r"(?m)^(\s+)for: \S+$", rf"\g<1>for: {for_}", rules)
-    if minute is None:
-        return out
-    scale = _seconds(minute) / 60.0
-
-    def duration(m: re.Match[str]) -> str:
-        return f"{round(_seconds(m.group(0)) * scale * 1000)}ms"
-
-    def expr(m: re.Match[str]) -> str:
-        body = re.sub(r"(?<=[\[:])(\d+[hms])+(?=[\]:])", duration, m.group(0))  # [16m:1m], [15m30s]
-        body = re.sub(r"(?<=offset )(\d+[hms])+", duration, body)
-        return re.sub(r"\* 60 \* \(count_over_time", f"* {60 * scale:g} * (count_over_time", body)
-
-    return re.sub(r"(?ms)^(\s+)expr: .*?(?=^\s+for: )", expr, out)
-
-
-def _seconds(duration: str) -> float:
-    """A Prometheus duration (``1h3m``, ``15m30s``, ``1s``, ``500ms``) in seconds."""
-    parts = re.findall(r"(\d+)(ms|h|m|s)", duration)
-    if not parts or "".join(n + u for n, u in parts) != duration:
-        raise ValueError(f"duration {duration!r}: a Prometheus duration such as 1s, 15m30s or 500ms")
-    return sum(int(n) * {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}[u] for n, u in parts)
+    return re.sub(r"(?m)^(\s+)for: \S+$", rf"\g<1>for: {for_}", rules)
 
 
 class AlertingStack(_Children):
@@ -301,7 +277,7 @@ class AlertingStack(_Children):
     def _write_configs(self) -> tuple[Path, Path]:
         target = self.service_url.split("://", 1)[1]
         auth = f"\n    authorization:\n      credentials: {self.token}" if self.token else ""
-        (self.dir / "rules.yml").write_text(fast_rules(RULES.read_text(), minute=self.interval))
+        (self.dir / "rules.yml").write_text(fast_rules(RULES.read_text()))
         prom = self.dir / "prometheus.yml"
         prom.write_text(
             f"global:\n  scrape_interval: {self.interval}\n  evaluation_interval: {self.interval}\n"

@@ -16,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench" / "early_warning"))
 
-from ew_gauges import recorded_thresholds, with_sigma_statistics, with_thresholds  # noqa: E402
+from ew_gauges import recorded_thresholds, with_step_statistics, with_thresholds  # noqa: E402
 from ew_prom import at_pace  # noqa: E402
 from ew_replay import (  # noqa: E402
     MemoryReader,
@@ -254,7 +254,7 @@ def test_sigma_statistics_are_written_where_a_recording_lacks_them() -> None:
     loss: list[float | None] = [3.0 + 0.01 * (i % 3) for i in range(20)]
     loss[18] = None  # a scrape without the loss: no statistic there, and no value counted
     loss[19] = 5.0
-    out = with_sigma_statistics({key: loss}, {})
+    out = with_step_statistics({key: loss}, {}, list(range(0, 80, 4)))
     mean = out['hyperwatch_run_loss_spike_mean{project="default",run="r"}']
     assert mean[:16] == [None] * 16 and mean[18] is None  # 16 values before the latest are needed
     assert mean[19] == pytest.approx(sum(v for v in loss[2:18] if v is not None) / 16)
@@ -262,7 +262,8 @@ def test_sigma_statistics_are_written_where_a_recording_lacks_them() -> None:
     assert not any(k.startswith("hyperwatch_run_loss_shift") for k in out)  # 19 values: fewer than 6 + 16
     assert not any(k.startswith("hyperwatch_run_grad_norm_spike") for k in out)  # no grad norm recorded
     recorded = {**out, key: [0.0] * 20}
-    assert with_sigma_statistics(recorded, {}) == recorded  # a recording that holds them keeps them
+    # a recording that holds them keeps them
+    assert with_step_statistics(recorded, {}, list(range(0, 80, 4))) == recorded
 
 
 def test_compare_recorded_names_what_differs() -> None:

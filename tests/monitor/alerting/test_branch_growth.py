@@ -26,6 +26,7 @@ from tests.monitor.conftest import AUTH, create_run, post_points, promtool
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "bench" / "early_warning"))
 
+from ew_gauges import with_step_statistics  # noqa: E402
 from ew_prom import add_threshold, column_key, from_columns, replay  # noqa: E402
 
 SERIES = Path(__file__).parent / "data" / "ew_series"
@@ -44,13 +45,14 @@ CASES: dict[str, dict[str, int | None]] = {
 
 
 def _recorded(name: str) -> tuple[str, list[int], dict[str, list[Any]]]:
-    """The run's scrapes with the floor gauges the service exports now (older recordings lack them)."""
+    """The run's scrapes with the floor gauges and statistics in logged steps the service exports now
+    (older recordings lack them)."""
     rec = json.loads((SERIES / f"{name}.json").read_text())
     cols: dict[str, list[Any]] = {k: list(v) for k, v in rec["series"].items()}
     for metric in ALERTS:
         floor = DEFAULT_THRESHOLDS[f"{metric}_growth_floor"]
         add_threshold(cols, f"hyperwatch_run_{metric}_max", f"hyperwatch_run_{metric}_growth_floor", floor)
-    return rec["run"], rec["logged_steps"], cols
+    return rec["run"], rec["logged_steps"], with_step_statistics(cols, {}, rec["logged_steps"])
 
 
 @pytest.fixture(scope="module")

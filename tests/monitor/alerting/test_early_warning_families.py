@@ -29,7 +29,7 @@ from tests.monitor.conftest import AUTH, create_run, post_points, promtool
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "bench" / "early_warning"))
 
-from ew_gauges import threshold_gauges, with_thresholds  # noqa: E402
+from ew_gauges import threshold_gauges, with_step_statistics, with_thresholds  # noqa: E402
 from ew_prom import PAGING, from_columns, replay  # noqa: E402
 
 SERIES = Path(__file__).parent / "data" / "ewf_series"
@@ -167,7 +167,7 @@ def prometheus_first(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict
     for name in CASES:
         rec = _recorded(name)
         columns, _missing = with_thresholds(rec["scrapes"], {}, sorted(threshold_gauges()))
-        runs[name] = from_columns(columns)
+        runs[name] = from_columns(with_step_statistics(columns, {}, rec["logged_steps"]))
     rules = REPO / "prometheus" / "rules.yml"
     fired = replay(runs, rules, tmp_path_factory.mktemp("ewf"), promtool())
     out: dict[str, dict[str, int]] = {}

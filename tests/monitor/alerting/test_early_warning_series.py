@@ -27,7 +27,7 @@ from tests.monitor.conftest import create_run, post_points, promtool
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "bench" / "early_warning"))
 
-from ew_gauges import with_sigma_statistics  # noqa: E402
+from ew_gauges import with_step_statistics  # noqa: E402
 from ew_prom import add_threshold, column_key, from_columns, replay  # noqa: E402
 
 SERIES = Path(__file__).parent / "data" / "ew_series"
@@ -105,7 +105,7 @@ def _case(name: str) -> tuple[list[int], Columns]:
     if edit is not None:
         edit(cols)
     # the loss and grad-norm statistics the service exports, in logged steps (the recordings predate them)
-    return steps, with_sigma_statistics(cols, {})
+    return steps, with_step_statistics(cols, {}, steps)
 
 
 @pytest.fixture(scope="module")

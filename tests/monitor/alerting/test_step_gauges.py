@@ -1,5 +1,6 @@
-"""The loss and grad-norm statistics /metrics exports for the Prometheus rules: the detectors' own, in
-logged steps, with the run's group thresholds (the rules used to take windows of scraped samples)."""
+"""The statistics /metrics exports for the Prometheus rules, counted in logged steps with the run's group
+thresholds (the rules used to take windows of scraped samples): the loss and grad-norm rules' (the
+detectors' own), and each growth metric's rise over its max over layers."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from hyperwatch.monitor.alerting.trends import growth_stats, per_step_max
 from hyperwatch.monitor.thresholds.defaults import thresholds_for
 from tests.monitor.alerting.test_prometheus import _samples
 from tests.monitor.conftest import AUTH, create_run, post_points
@@ -122,3 +124,41 @@ def test_the_services_alerts_fire_where_the_exported_statistics_say(client: Test
     alerts = client.get("/api/v1/alerts", params={"limit": "1000"}).json()
     stored = {rule: sorted(a["step"] for a in alerts if a["rule"] == rule) for rule in fires}
     assert fires == stored == {"loss_spike": [4 * SPIKE_AT], "grad_norm_spike": [4 * (SPIKE_AT + 1)]}
+
+
+def test_growth_rises_are_fitted_over_the_max_over_layers_in_logged_steps(client: TestClient) -> None:
+    """Layer 1 climbs x1.2 per logged step from step 40, layer 0 stays near 30: the rise follows the max
+    over layers (the fit of ln(max) over the last 16 logged steps), whatever the wall clock."""
+    over = {"growth_window": 12, "growth_min_points": 6}
+    r = client.post("/api/v1/groups", json={"name": "gw", "thresholds": over}, headers=AUTH)
+    assert r.status_code == 201, r.text
+    create_run(client, "grouped", group="gw")
+    create_run(client, "plain")
+    rng = np.random.default_rng(3)
+    flat = (30 + rng.normal(0, 1, N)).tolist()
+    climb = [20.0 if i < 10 else 20.0 * 1.2 ** (i - 10) for i in range(N)]
+    th = {"grouped": thresholds_for(over), "plain": thresholds_for({})}
+    seen: dict[str, list[tuple[float, float] | None]] = {"grouped": [], "plain": []}
+    layers: list[list[tuple[int, float]]] = [[], []]
+    for i in range(N):
+        layers[0].append((4 * i, flat[i]))
+        layers[1].append((4 * i, climb[i]))
+        for run in th:
+            pts = [{"name": "attention_z", "layer": la, "step": 4 * i, "value": layers[la][-1][1]} for la in (0, 1)]
+            post_points(client, run, pts)
+        s = _samples(client)
+        for run in th:
+            labels = (("project", "default"), ("run", run))
+            rise = s.get(("hyperwatch_run_attention_z_growth_rise", labels))
+            late = s.get(("hyperwatch_run_attention_z_growth_late", labels))
+            assert (rise is None) == (late is None)
+            seen[run].append(None if rise is None or late is None else (rise, late))
+            want = growth_stats(per_step_max(layers), th[run])
+            assert seen[run][-1] == (None if want is None else pytest.approx((want.rise, want.late), rel=1e-12))
+    plain, grouped = seen["plain"], seen["grouped"]
+    assert plain[6] is None and plain[7] is not None  # growth_min_points 8 logged steps
+    assert grouped[4] is None and grouped[5] is not None  # the group's 6
+    # the window is logged steps: 16 of them (the group's 12), ln(1.2) a step once layer 1 leads
+    assert plain[30] == pytest.approx((15 * math.log(1.2), 15 * math.log(1.2)))
+    assert grouped[30] == pytest.approx((11 * math.log(1.2), 11 * math.log(1.2)))
+    assert plain[9] is not None and abs(plain[9][0]) < 0.2  # before the climb: the flat layer leads, no rise
