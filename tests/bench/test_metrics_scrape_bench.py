@@ -21,7 +21,7 @@ def test_the_bench_times_each_part_and_the_load_feeds_the_step_statistics(capsys
     with database("sqlite") as url:  # the load gives every statistic a verdict: the parts time real work
         store = SqlStore(url)
         try:
-            metrics_scrape.load(store, 1, 2, 20)
+            metrics_scrape.load(store, 1, 2, 24)  # the shift needs 6 + 16
             names = {f.name for f in RunCollector(store).collect() if f.samples}
         finally:
             store.close()
