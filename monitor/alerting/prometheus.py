@@ -50,7 +50,6 @@ from prometheus_client.registry import Collector
 from hyperwatch.monitor.alerting.detectors import SPIKE_METRICS, step_baseline
 from hyperwatch.monitor.alerting.trends import (
     growth_stats,
-    per_step_max,
     shift_span,
     shift_stats,
     spike_span,
@@ -169,6 +168,10 @@ def _max(values: list[float]) -> float:
     return max(values)
 
 
+Maxima = dict[tuple[int, str, int], tuple[int, list[tuple[int, float]]]]
+"""(run id, name, top step) -> (the limit read, ``Store.step_maxima``'s window): one scrape's reads."""
+
+
 class RunCollector(Collector):
     """Gauges of active runs, read from the store at scrape time."""
 
@@ -189,10 +192,11 @@ class RunCollector(Collector):
         yield from self._latest(latest, runs)
         try:
             groups: dict[int | None, dict[str, float]] = {}  # each group's thresholds, read once a scrape
-            yield from self._spike_baselines(latest, groups)
+            maxima: Maxima = {}  # the max-over-layers windows this scrape read (Z: spike baseline and growth)
+            yield from self._spike_baselines(latest, groups, maxima)
             yield from self._trend_thresholds(latest, groups)
             yield from self._sigma_statistics(latest, groups)
-            yield from self._growth_statistics(latest, groups)
+            yield from self._growth_statistics(latest, groups, maxima)
         except MonitorError as exc:
             log.warning("spike baselines skipped: %s", exc)
 
@@ -233,11 +237,20 @@ class RunCollector(Collector):
                         fams[f"loss_shift_{field}"].add_metric([project, run], value)
         return list(fams.values())
 
+    def _maxima(self, memo: Maxima, run_id: int, name: str, top: int, limit: int) -> list[tuple[int, float]]:
+        """``Store.step_maxima`` of ``name`` up to ``top``, its newest ``limit`` steps; read once a scrape at
+        the longest limit asked first (the Z-spike baseline's, then the growth window's from it)."""
+        got = memo.get((run_id, name, top))
+        if got is None or got[0] < limit:
+            got = memo[(run_id, name, top)] = (limit, self.store.step_maxima(run_id, [(name, top)], limit)[0])
+        return got[1][-limit:]
+
     def _growth_statistics(
-        self, latest: list[LatestValue], groups: dict[int | None, dict[str, float]]
+        self, latest: list[LatestValue], groups: dict[int | None, dict[str, float]], maxima: Maxima | None = None
     ) -> list[GaugeMetricFamily]:
         """Per run and growth metric: the growth rule's rise over the metric's last ``growth_window`` logged
-        steps, its max over layers per step (:data:`GROWTH_GAUGES`), from one window read per run."""
+        steps, its max over layers per step (:data:`GROWTH_GAUGES`; ``Store.step_maxima``, all layers of a
+        name in two statements)."""
         labels = ["project", "run"]
         fams = {
             (m, suffix): GaugeMetricFamily(f"hyperwatch_run_{m}_{suffix}", help_.format(m=m), labels=labels)
@@ -250,11 +263,17 @@ class RunCollector(Collector):
                 per_run[(lv.project, lv.run, lv.run_id, lv.group_id)].append(lv)
         for (project, run, run_id, group_id), rows in per_run.items():
             th = self._thresholds(groups, group_id)
-            top = {m: max(lv.step for lv in rows if lv.name == m) for m in {lv.name for lv in rows}}
-            keys = [(lv.name, lv.layer, top[lv.name] + 1) for lv in rows]  # every layer, to the metric's latest step
-            windows = self.store.trailing_points(run_id, keys, int(th["growth_window"]))
-            for m in top:
-                found = growth_stats(per_step_max([w for lv, w in zip(rows, windows, strict=True) if lv.name == m]), th)
+            n = int(th["growth_window"])
+            top: dict[str, int] = {}
+            for lv in rows:
+                top[lv.name] = max(lv.step, top.get(lv.name, lv.step))
+            memo: Maxima = {} if maxima is None else maxima
+            layered = [m for m in top if any(lv.layer is not None for lv in rows if lv.name == m)]
+            series = {m: self._maxima(memo, run_id, m, top[m], n) for m in layered}
+            flat = [m for m in top if m not in series]  # run level (output Z): its own points
+            series.update(zip(flat, self.store.trailing_points(run_id, [(m, None, top[m] + 1) for m in flat], n)))
+            for m, points in series.items():
+                found = growth_stats(points, th)
                 if found is not None:
                     fams[(m, "growth_rise")].add_metric([project, run], found.rise)
                     fams[(m, "growth_late")].add_metric([project, run], found.late)
@@ -280,7 +299,7 @@ class RunCollector(Collector):
         return list(fams.values())
 
     def _spike_baselines(
-        self, latest: list[LatestValue], groups: dict[int | None, dict[str, float]]
+        self, latest: list[LatestValue], groups: dict[int | None, dict[str, float]], maxima: Maxima | None = None
     ) -> list[GaugeMetricFamily]:
         """Per run and spike metric: the step-space baseline and the group's thresholds."""
         labels = ["project", "run"]
@@ -327,10 +346,12 @@ class RunCollector(Collector):
                 with_relative.add((project, run))
                 relative.add_metric([project, run], th["spike_min_relative"])
                 mad_multiple.add_metric([project, run], th["spike_mad_multiple"])
-            top = max(step for _, step in rows)
-            windows = self.store.trailing_points(
-                run_id, [(name, layer, top) for layer, _ in rows], int(th["spike_window"])
-            )
+            top, n = max(step for _, step in rows), int(th["spike_window"])
+            if all(layer is not None for layer, _ in rows):  # the max over layers per step, all layers at once
+                newest = self._maxima({} if maxima is None else maxima, run_id, name, top, n + 1)
+                windows = [[(step, v) for step, v in newest if step < top][-n:]]
+            else:
+                windows = self.store.trailing_points(run_id, [(name, layer, top) for layer, _ in rows], n)
             found = step_baseline(windows, th)
             if found is not None:
                 base[name].add_metric([project, run], found[0])

@@ -214,6 +214,13 @@ class Store(ABC):
     ) -> list[list[tuple[int, float]]]:
         """:meth:`trailing_windows` with each value's step, ``(step, value)`` pairs (aligns layers by step)."""
 
+    @abstractmethod
+    def step_maxima(self, run_id: int, keys: Sequence[tuple[str, int]], limit: int) -> list[list[tuple[int, float]]]:
+        """Per ``(name, top step)``, in ``keys`` order: ``(step, the max over the name's layers of the finite
+        values logged at it)`` for the name's last ``limit`` logged steps up to ``top``, oldest first (a step
+        with no finite value is left out): a layered metric's max-over-layers series, counted in logged
+        steps (the growth rules' windows on ``/metrics``). Empty for a name the run has no layer of."""
+
     # alerts and exports
     @abstractmethod
     def add_alerts(self, run_id: int, alerts: Sequence[NewAlert]) -> list[NewAlert]:

@@ -49,7 +49,7 @@ def read(
         -(-(top - start + 1) // buckets) < min(ROLLUP_LEVELS.values()) and (top - start + 1) * len(layers) <= MAX_SLOTS
     )
     if narrow:
-        cols = _columns(conn, base, layers)
+        cols = columns(conn, base, layers)
         if cols is None:
             return None
         li, steps, values = cols
@@ -70,7 +70,7 @@ def read(
     per = max(1, MAX_SLOTS // (hi - lo + 1))  # layers read together: their columns stay under MAX_SLOTS
     for i in range(0, len(layers), per):
         group = layers[i : i + per]
-        cols = _columns(conn, {**base, "start": lo, "end": hi}, group)
+        cols = columns(conn, {**base, "start": lo, "end": hi}, group)
         if cols is None:
             rows += [[None] * n for _ in group]
         else:
@@ -78,7 +78,7 @@ def read(
     return lo, w, n, rows
 
 
-def _columns(
+def columns(
     conn: Connection, base: dict[str, Any], layers: list[int]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(index in ``layers``, step, value with NaN) of every point of those layers (sorted) of the name in
@@ -90,9 +90,14 @@ def _columns(
         "la": layers[0],
         "lb": layers[-1],
         "ca": start // CHUNK_STEPS // SEGMENT_CHUNKS * SEGMENT_CHUNKS,
+        "cs": start // CHUNK_STEPS,
         "cb": end // CHUNK_STEPS,
     }
-    sql = f"SELECT layer, chunk, data FROM {CHUNK_ROWS} WHERE {_NAME} AND chunk >= :ca AND chunk <= :cb"
+    # the rows that can hold [start, end]: from start's chunk on, and the segment of start's range, keyed
+    # by the range's first chunk (a row keyed between them is a 16-step chunk wholly before start)
+    sql = (
+        f"SELECT layer, chunk, data FROM {CHUNK_ROWS} WHERE {_NAME} AND (chunk = :ca OR chunk >= :cs) AND chunk <= :cb"
+    )
     found = conn.execute(text(sql), p).all()
     rows = [(int(c), bytes(d)) for _la, c, d in found]
     at, steps, values = chunks.steps_values(rows)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection, Engine
 
@@ -249,6 +250,38 @@ class SeriesMixin:
         with managed(self.engine, f"read trailing points of {len(keys)} series of run {run_id}") as conn:
             return self._trailing_points(conn, run_id, keys, limit)
 
+    def step_maxima(self, run_id: int, keys: Sequence[tuple[str, int]], limit: int) -> list[list[tuple[int, float]]]:
+        """Per name: one short trailing read of a layer whose latest step is ``top`` finds the window's first
+        step (its ``limit``-th newest: every layer's points from there on hold the union's newest ``limit``
+        steps), then every layer's points from it, in two statements (``matrix.columns``), reduced by step
+        with numpy."""
+        if not keys:
+            return []
+        with managed(self.engine, f"read the layer maxima of {len(keys)} metrics of run {run_id}") as conn:
+            ids = {name: self._name_id(conn, name, create=False) for name, _top in keys}
+            known = [i for i in ids.values() if i is not None]
+            latest: dict[int, dict[int, int]] = {}
+            if known:
+                found = conn.execute(
+                    select(SeriesLatestRow.name_id, SeriesLatestRow.layer, SeriesLatestRow.step).where(
+                        SeriesLatestRow.run_id == run_id, SeriesLatestRow.name_id.in_(known), SeriesLatestRow.layer >= 0
+                    )
+                )
+                for nid, la, st in found:
+                    latest.setdefault(int(nid), {})[int(la)] = int(st)
+            out: list[list[tuple[int, float]]] = []
+            for name, top in keys:
+                layers = latest.get(ids[name] or -1, {})
+                ref = next((la for la, st in sorted(layers.items()) if st >= top), None)
+                if ref is None:
+                    out.append([])
+                    continue
+                window = self._trailing_points(conn, run_id, [(name, ref, top + 1)], limit)[0]
+                start = window[0][0] if len(window) >= limit else 0
+                base = {"run_id": run_id, "name_id": ids[name], "start": start, "end": top}
+                out.append(_step_maxima(matrix.columns(conn, base, sorted(layers)), limit))
+            return out
+
     def _trailing_points(
         self, conn: Connection, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
     ) -> list[list[tuple[int, float]]]:
@@ -382,3 +415,19 @@ class SeriesMixin:
                 LatestValue(p, r, bool(e), n, api_layer(la), s, from_sql_value(v), as_utc(t), rid, gid)
                 for p, r, e, n, la, s, v, t, rid, gid in conn.execute(q)
             ]
+
+
+def _step_maxima(cols: tuple[np.ndarray, np.ndarray, np.ndarray] | None, limit: int) -> list[tuple[int, float]]:
+    """(step, max of the finite values at it) of ``matrix.columns``' points, the newest ``limit`` steps."""
+    if cols is None:
+        return []
+    _layer, steps, values = cols
+    finite = np.isfinite(values)
+    steps, values = steps[finite], values[finite]
+    if not len(steps):
+        return []
+    order = np.argsort(steps, kind="stable")
+    steps, values = steps[order], values[order]
+    first = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
+    top = np.maximum.reduceat(values, first)
+    return list(zip(steps[first].tolist(), top.tolist()))[-limit:]
