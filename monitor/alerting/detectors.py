@@ -35,9 +35,10 @@ import numpy as np
 from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import MAX_LAYER, Point, base_name, encode_value
 from hyperwatch.monitor.alerting.heads import is_head
-from hyperwatch.monitor.alerting.trends import detect_trends, per_step_max
+from hyperwatch.monitor.alerting.trends import detect_trends
 from hyperwatch.monitor.store.base import Store, WindowReader
 from hyperwatch.monitor.store.entities import NewAlert
+from hyperwatch.monitor.store.trailing import per_step_max
 from hyperwatch.monitor.thresholds.defaults import DEFAULT_THRESHOLDS, thresholds_for
 
 __all__ = ["DEFAULT_THRESHOLDS", "detect", "is_spike", "step_baseline", "thresholds_for"]

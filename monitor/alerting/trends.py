@@ -221,17 +221,6 @@ def recent_rise(window: Sequence[tuple[int, float]], n: int) -> float:
     return fitted * span / tail_span if tail_span > 0 and math.isfinite(fitted) else math.nan
 
 
-def per_step_max(windows: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, float]]:
-    """(step, the max over ``windows`` of the finite values logged at it), by step: a metric's series
-    across layers as its max-over-layers gauge shows it, one point per logged step."""
-    top: dict[int, float] = {}
-    for window in windows:
-        for step, value in window:
-            if math.isfinite(value):
-                top[step] = max(value, top.get(step, -math.inf))
-    return sorted(top.items())
-
-
 class GrowthStats(NamedTuple):
     """What ``z_growth`` compares with ln(``growth_factor``), for the Prometheus rules (gauges)."""
 

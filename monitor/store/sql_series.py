@@ -48,7 +48,7 @@ from hyperwatch.monitor.store.points import (
     sql_layer,
     to_sql_value,
 )
-from hyperwatch.monitor.store.trailing import trailing_points
+from hyperwatch.monitor.store.trailing import per_step_max, trailing_points
 
 _ALERT_ROWS = 1000  # rows per INSERT: 11 values each stays under SQLite's 32,766 bound parameters
 
@@ -254,7 +254,8 @@ class SeriesMixin:
         """Per name: one short trailing read of a layer whose latest step is ``top`` finds the window's first
         step (its ``limit``-th newest: every layer's points from there on hold the union's newest ``limit``
         steps), then every layer's points from it, in two statements (``matrix.columns``), reduced by step
-        with numpy."""
+        with numpy. A layer with fewer points than ``limit`` (a young run) bounds nothing: then each layer's
+        own trailing window, as the Z-spike baseline read them before."""
         if not keys:
             return []
         with managed(self.engine, f"read the layer maxima of {len(keys)} metrics of run {run_id}") as conn:
@@ -267,18 +268,22 @@ class SeriesMixin:
                         SeriesLatestRow.run_id == run_id, SeriesLatestRow.name_id.in_(known), SeriesLatestRow.layer >= 0
                     )
                 )
-                for nid, la, st in found:
-                    latest.setdefault(int(nid), {})[int(la)] = int(st)
+                for name_id, la, st in found:
+                    latest.setdefault(int(name_id), {})[int(la)] = int(st)
             out: list[list[tuple[int, float]]] = []
             for name, top in keys:
-                layers = latest.get(ids[name] or -1, {})
+                nid = ids[name]
+                layers = {} if nid is None else latest.get(nid, {})
                 ref = next((la for la, st in sorted(layers.items()) if st >= top), None)
                 if ref is None:
                     out.append([])
                     continue
                 window = self._trailing_points(conn, run_id, [(name, ref, top + 1)], limit)[0]
-                start = window[0][0] if len(window) >= limit else 0
-                base = {"run_id": run_id, "name_id": ids[name], "start": start, "end": top}
+                if len(window) < limit:  # that layer is young (or sparse): every layer's own window, bounded
+                    each = self._trailing_points(conn, run_id, [(name, la, top + 1) for la in sorted(layers)], limit)
+                    out.append(per_step_max(each)[-limit:])
+                    continue
+                base = {"run_id": run_id, "name_id": nid, "start": window[0][0], "end": top}
                 out.append(_step_maxima(matrix.columns(conn, base, sorted(layers)), limit))
             return out
 

@@ -13,6 +13,7 @@ points missing if the chunks are full; a sparse series repeats that for the few 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -96,3 +97,14 @@ def _from_chunks(
             if len(windows[i]) < limit and len(rows) == n_chunks and below > 0:
                 still.append((i, min(rows)[0] * CHUNK_STEPS))
     return still
+
+
+def per_step_max(windows: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """(step, the max over ``windows`` of the finite values logged at it), by step: a metric's series
+    across layers as its max-over-layers gauge shows it, one point per logged step."""
+    top: dict[int, float] = {}
+    for window in windows:
+        for step, value in window:
+            if math.isfinite(value):
+                top[step] = max(value, top.get(step, -math.inf))
+    return sorted(top.items())

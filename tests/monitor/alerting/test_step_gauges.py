@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import math
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from hyperwatch.monitor.alerting.trends import growth_stats, per_step_max
+from hyperwatch.hooks.columns import PointColumns
+from hyperwatch.monitor.alerting.trends import growth_stats
+from hyperwatch.monitor.store import SqlStore
+from hyperwatch.monitor.store.trailing import per_step_max
 from hyperwatch.monitor.thresholds.defaults import thresholds_for
 from tests.monitor.alerting.test_prometheus import _samples
 from tests.monitor.conftest import AUTH, create_run, post_points
@@ -162,3 +166,27 @@ def test_growth_rises_are_fitted_over_the_max_over_layers_in_logged_steps(client
     assert plain[30] == pytest.approx((15 * math.log(1.2), 15 * math.log(1.2)))
     assert grouped[30] == pytest.approx((11 * math.log(1.2), 11 * math.log(1.2)))
     assert plain[9] is not None and abs(plain[9][0]) < 0.2  # before the climb: the flat layer leads, no rise
+
+
+def test_step_maxima_are_the_newest_steps_of_every_layers_points(store: SqlStore) -> None:
+    """Layers that log at other steps, one of them young: the max over layers at each of the name's newest
+    steps, as every layer's own trailing window gives it (both read paths: a long reference layer, and the
+    young one that bounds nothing)."""
+    run, _ = store.upsert_run("default", "maxima", {})
+    rng = np.random.default_rng(11)
+    layers = {0: range(40, 77, 4), 1: range(0, 79, 2), 2: range(1, 78, 4)}  # layer 0 joins late
+    pts = [(la, s, float(rng.uniform(1, 100))) for la, steps in layers.items() for s in steps]
+    pts.append((1, 50, math.nan))  # layer 1's step 50 sent again as NaN, the only value there: no maximum
+    for i in range(0, len(pts), 7):  # small batches: chunks seal and pack along the way
+        part = pts[i : i + 7]
+        cols = PointColumns.build(["attention_z"] * len(part), [s for _, s, _ in part], [v for *_, v in part],
+                                  [la for la, _, _ in part], [None] * len(part))  # fmt: skip
+        store.ingest(run.id, uuid.uuid4().hex, cols)
+    stored = {(la, s): v for la, s, v in pts}  # a key sent again: the last value stands (the NaN at step 50)
+    every = {la: sorted((s, v) for (l2, s), v in stored.items() if l2 == la) for la in layers}
+    for top in (78, 77, 76, 60):
+        for limit in (1, 5, 16, 30, 200):
+            want = per_step_max([[p for p in w if p[0] <= top] for w in every.values()])[-limit:]
+            got = store.step_maxima(run.id, [("attention_z", top)], limit)[0]
+            assert got == want, (top, limit, sorted(set(got) ^ set(want)))
+    assert store.step_maxima(run.id, [("nothing", 10), ("attention_z", -1)], 5) == [[], []]
