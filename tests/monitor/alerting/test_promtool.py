@@ -24,7 +24,11 @@ def test_check_rules() -> None:
 
 def test_rule_unit_tests() -> None:
     r = subprocess.run(
-        [promtool(), "test", "rules", "rules_test.yml"], cwd=RULES, capture_output=True, text=True, timeout=120
+        [promtool(), "test", "rules", "rules_test.yml", "rules_pace_test.yml"],
+        cwd=RULES,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SUCCESS" in r.stdout + r.stderr
