@@ -82,7 +82,9 @@ def scrape_parts(store: SqlStore, repeats: int) -> dict[str, float]:
         method = getattr(collector, name, None)
         if method is None:  # a tree before the part (this script run from an older checkout): costs nothing
             return 0.0
-        args = (latest,) if len(inspect.signature(method).parameters) == 1 else (latest, {})  # older: no groups
+        # after ``latest``, an empty per-scrape cache for each further parameter (groups' thresholds, windows
+        # read): the part alone, as a scrape pays it first; an older tree's parts take ``latest`` only
+        args = (latest, *({} for _ in list(inspect.signature(method).parameters)[1:]))
         return median_ms(lambda: list(method(*args)), repeats)
 
     out = {

@@ -8,7 +8,7 @@ goes and what the service ran at before it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from hyperwatch.monitor.thresholds.defaults import thresholds_for
@@ -95,71 +95,35 @@ def with_thresholds(
     return out, missing
 
 
-def sigma_statistics(metric: str, values: Sequence[float], th: dict[str, float]) -> dict[str, float]:
-    """The statistics the service exports for ``metric`` (loss or grad_norm) whose logged values are
-    ``values`` (oldest first), by gauge suffix: what ``monitor.alerting.prometheus`` computes per run."""
-    from hyperwatch.monitor.alerting.trends import shift_stats, spike_span, spike_stats
-
-    found: dict[str, float] = {}
-    spike = spike_stats(values, spike_span(metric, th), th)
-    if spike is not None:
-        found.update({f"{metric}_spike_{k}": v for k, v in spike._asdict().items()})
-    shift = shift_stats(values, th) if metric == "loss" else None
-    if shift is not None:
-        found.update({f"loss_shift_{k}": v for k, v in shift._asdict().items()})
-    return found
-
-
-_Stats = Callable[[list[float], list[tuple[int, float]]], dict[str, float]]
-"""(values so far, (logged step, value) so far) -> the gauges' values by suffix."""
-
-
-def _sigma_of(metric: str, th: dict[str, float]) -> _Stats:
-    return lambda seen, _points: sigma_statistics(metric, seen, th)
-
-
-def _growth_of(metric: str, th: dict[str, float]) -> _Stats:
-    from hyperwatch.monitor.alerting.trends import growth_stats
-
-    def stats(_seen: list[float], points: list[tuple[int, float]]) -> dict[str, float]:
-        found = growth_stats(points, th)
-        return {} if found is None else {f"{metric}_growth_rise": found.rise, f"{metric}_growth_late": found.late}
-
-    return stats
-
-
 def with_step_statistics(
     columns: dict[str, list[float | None]], thresholds: dict[str, float], logged_steps: Sequence[int]
 ) -> dict[str, list[float | None]]:
     """The scrapes with the statistics in logged steps the service exports since 2026-11-30 (the loss and
     grad-norm ones, ``monitor.alerting.prometheus.SIGMA_GAUGES``; the growth rises, ``GROWTH_GAUGES``)
-    where a recording predates them: at each scrape that holds the metric, what the service's functions
-    give over the values scraped so far (:func:`sigma_statistics`; ``trends.growth_stats`` of the
-    max-over-layers gauge at ``logged_steps``). At one scrape per logged step (the recordings' pace)
+    where a recording predates them: at each scrape that holds the metric, what the service's
+    ``prometheus.step_gauges`` gives over the values scraped so far, at ``logged_steps`` (the growth
+    metrics' max-over-layers gauge). At one scrape per logged step (the recordings' pace)
     those are the metric's logged values, what the service reads. A recording that holds the statistics
     keeps them; ``thresholds`` merge with the defaults."""
-    from hyperwatch.monitor.alerting.prometheus import RUN_GAUGES
+    from hyperwatch.monitor.alerting.prometheus import RUN_GAUGES, step_gauges
     from hyperwatch.monitor.thresholds.defaults import GROWTH_METRICS, SIGMA_SPIKE_METRICS
 
     th = thresholds_for(thresholds)
     out = dict(columns)
-    todo = [(m, "spike_streak", _sigma_of(m, th)) for m in SIGMA_SPIKE_METRICS]
-    todo += [(m, "growth_rise", _growth_of(m, th)) for m in GROWTH_METRICS]
-    for metric, marker, stats in todo:
+    for metric in (*SIGMA_SPIKE_METRICS, *GROWTH_METRICS):
         gauge = f"hyperwatch_run_{RUN_GAUGES[metric][0]}"
         col = _gauge_column(columns, gauge)
-        if col is None or _gauge_column(columns, f"hyperwatch_run_{metric}_{marker}") is not None:
+        marker = f"{metric}_spike_streak" if metric in SIGMA_SPIKE_METRICS else f"{metric}_growth_rise"
+        if col is None or _gauge_column(columns, f"hyperwatch_run_{marker}") is not None:
             continue
         labels, scraped = col[len(gauge) :], columns[col]
-        seen: list[float] = []
         points: list[tuple[int, float]] = []
         found: dict[str, list[float | None]] = {}
         for i, value in enumerate(scraped):
             if value is None:
                 continue
-            seen.append(value)
             points.append((logged_steps[i], value))
-            for name, v in stats(seen, points).items():
+            for name, v in step_gauges(metric, points, th).items():
                 found.setdefault(name, [None] * len(scraped))[i] = v
         out.update({f"hyperwatch_run_{name}{labels}": v for name, v in found.items()})
     return out

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -127,9 +127,9 @@ SIGMA_GAUGES: dict[str, str] = {
 
 
 GROWTH_GAUGES: dict[str, str] = {
-    # gauge suffix (hyperwatch_run_<metric>_<suffix>) -> help; per growth metric, over its max over layers
-    "growth_rise": "Fitted rise of ln(max over layers of {m}) over its last growth_window logged steps (Theil-Sen)",
-    "growth_late": "The same window's last growth_window // 2 logged steps' rise, carried over its span (NaN: no fit)",
+    # gauge suffix (hyperwatch_run_<suffix>) -> help; {m}: a growth metric, over its max over layers
+    "{m}_growth_rise": "Fitted rise of ln(max over layers of {m}) over its last growth_window logged steps (Theil-Sen)",
+    "{m}_growth_late": "The window's last growth_window // 2 logged steps' rise, carried over its span (NaN: no fit)",
 }
 
 
@@ -166,6 +166,49 @@ def _max(values: list[float]) -> float:
     if any(math.isnan(v) for v in values):
         return math.nan
     return max(values)
+
+
+def step_gauges(metric: str, points: Sequence[tuple[int, float]], th: dict[str, float]) -> dict[str, float]:
+    """The statistics in logged steps ``/metrics`` exports for ``metric`` whose logged ``(step, value)``
+    points (oldest first; a layered metric's max over layers per step) are ``points``, by gauge suffix:
+    :data:`SIGMA_GAUGES` of the loss and the grad norm, :data:`GROWTH_GAUGES` of a growth metric; none
+    where its rule gives no verdict. The benchmark replays them for recordings older than the gauges."""
+    out: dict[str, float] = {}
+    if metric in SIGMA_SPIKE_METRICS:
+        values = [v for _step, v in points]
+        spike = spike_stats(values, spike_span(metric, th), th)
+        if spike is not None:
+            out.update({f"{metric}_spike_{k}": v for k, v in spike._asdict().items()})
+        shift = shift_stats(values, th) if metric == "loss" else None
+        if shift is not None:
+            out.update({f"loss_shift_{k}": v for k, v in shift._asdict().items()})
+    if metric in GROWTH_METRICS:
+        growth = growth_stats(points, th)
+        if growth is not None:
+            out.update({f"{metric}_growth_{k}": v for k, v in growth._asdict().items()})
+    return out
+
+
+def _step_families(gauges: dict[str, str], metrics: Collection[str]) -> dict[str, GaugeMetricFamily]:
+    """One family per gauge suffix of ``gauges`` (``{m}``: each of ``metrics``; else the loss's own)."""
+    fams = {}
+    for suffix, help_ in gauges.items():
+        for m in metrics if "{m}" in suffix else ("loss",):
+            name = suffix.format(m=m)
+            fams[name] = GaugeMetricFamily(f"hyperwatch_run_{name}", help_.format(m=m), labels=["project", "run"])
+    return fams
+
+
+def _per_run(
+    latest: list[LatestValue], names: Collection[str], run_level: bool = False
+) -> dict[tuple[str, str, int, int | None], list[LatestValue]]:
+    """The latest values of ``names`` (run-level series only, with ``run_level``) by (project, run, run id,
+    group id)."""
+    out: dict[tuple[str, str, int, int | None], list[LatestValue]] = defaultdict(list)
+    for lv in latest:
+        if lv.name in names and (lv.layer is None or not run_level):
+            out[(lv.project, lv.run, lv.run_id, lv.group_id)].append(lv)
+    return out
 
 
 Maxima = dict[tuple[int, str, int], tuple[int, list[tuple[int, float]]]]
@@ -211,30 +254,14 @@ class RunCollector(Collector):
     ) -> list[GaugeMetricFamily]:
         """Per run: the loss and grad-norm rules' statistics at each metric's latest logged point
         (:data:`SIGMA_GAUGES`), from one window read per run."""
-        labels = ["project", "run"]
-        fams: dict[str, GaugeMetricFamily] = {}
-        for suffix, help_ in SIGMA_GAUGES.items():
-            for m in SIGMA_SPIKE_METRICS if "{m}" in suffix else ("loss",):
-                name = suffix.format(m=m)
-                fams[name] = GaugeMetricFamily(f"hyperwatch_run_{name}", help_.format(m=m), labels=labels)
-        per_run: dict[tuple[str, str, int, int | None], list[LatestValue]] = defaultdict(list)
-        for lv in latest:
-            if lv.name in SIGMA_SPIKE_METRICS and lv.layer is None:
-                per_run[(lv.project, lv.run, lv.run_id, lv.group_id)].append(lv)
-        for (project, run, run_id, group_id), rows in per_run.items():
+        fams = _step_families(SIGMA_GAUGES, SIGMA_SPIKE_METRICS)
+        for (project, run, run_id, group_id), rows in _per_run(latest, SIGMA_SPIKE_METRICS, run_level=True).items():
             th = self._thresholds(groups, group_id)
             limit = max(sum(shift_span(th)), *(sum(spike_span(m, th)) for m in SIGMA_SPIKE_METRICS))
             windows = self.store.trailing_points(run_id, [(lv.name, None, lv.step + 1) for lv in rows], limit)
             for lv, window in zip(rows, windows, strict=True):
-                values = [v for _step, v in window]
-                spike = spike_stats(values, spike_span(lv.name, th), th)
-                if spike is not None:
-                    for field, value in spike._asdict().items():
-                        fams[f"{lv.name}_spike_{field}"].add_metric([project, run], value)
-                shift = shift_stats(values, th) if lv.name == "loss" else None
-                if shift is not None:
-                    for field, value in shift._asdict().items():
-                        fams[f"loss_shift_{field}"].add_metric([project, run], value)
+                for suffix, value in step_gauges(lv.name, window, th).items():
+                    fams[suffix].add_metric([project, run], value)
         return list(fams.values())
 
     def _maxima(self, memo: Maxima, run_id: int, name: str, top: int, limit: int) -> list[tuple[int, float]]:
@@ -246,37 +273,27 @@ class RunCollector(Collector):
         return got[1][-limit:]
 
     def _growth_statistics(
-        self, latest: list[LatestValue], groups: dict[int | None, dict[str, float]], maxima: Maxima | None = None
+        self, latest: list[LatestValue], groups: dict[int | None, dict[str, float]], maxima: Maxima
     ) -> list[GaugeMetricFamily]:
         """Per run and growth metric: the growth rule's rise over the metric's last ``growth_window`` logged
         steps, its max over layers per step (:data:`GROWTH_GAUGES`; ``Store.step_maxima``, all layers of a
         name in two statements)."""
-        labels = ["project", "run"]
-        fams = {
-            (m, suffix): GaugeMetricFamily(f"hyperwatch_run_{m}_{suffix}", help_.format(m=m), labels=labels)
-            for m in GROWTH_METRICS
-            for suffix, help_ in GROWTH_GAUGES.items()
-        }
-        per_run: dict[tuple[str, str, int, int | None], list[LatestValue]] = defaultdict(list)
-        for lv in latest:
-            if lv.name in GROWTH_METRICS:
-                per_run[(lv.project, lv.run, lv.run_id, lv.group_id)].append(lv)
-        for (project, run, run_id, group_id), rows in per_run.items():
+        fams = _step_families(GROWTH_GAUGES, GROWTH_METRICS)
+        for (project, run, run_id, group_id), rows in _per_run(latest, GROWTH_METRICS).items():
             th = self._thresholds(groups, group_id)
             n = int(th["growth_window"])
             top: dict[str, int] = {}
+            layered: set[str] = set()
             for lv in rows:
                 top[lv.name] = max(lv.step, top.get(lv.name, lv.step))
-            memo: Maxima = {} if maxima is None else maxima
-            layered = [m for m in top if any(lv.layer is not None for lv in rows if lv.name == m)]
-            series = {m: self._maxima(memo, run_id, m, top[m], n) for m in layered}
-            flat = [m for m in top if m not in series]  # run level (output Z): its own points
+                if lv.layer is not None:
+                    layered.add(lv.name)
+            series = {m: self._maxima(maxima, run_id, m, top[m], n) for m in layered}
+            flat = [m for m in top if m not in layered]  # run level (output Z): its own points
             series.update(zip(flat, self.store.trailing_points(run_id, [(m, None, top[m] + 1) for m in flat], n)))
             for m, points in series.items():
-                found = growth_stats(points, th)
-                if found is not None:
-                    fams[(m, "growth_rise")].add_metric([project, run], found.rise)
-                    fams[(m, "growth_late")].add_metric([project, run], found.late)
+                for suffix, value in step_gauges(m, points, th).items():
+                    fams[suffix].add_metric([project, run], value)
         return list(fams.values())
 
     def _trend_thresholds(
@@ -299,7 +316,7 @@ class RunCollector(Collector):
         return list(fams.values())
 
     def _spike_baselines(
-        self, latest: list[LatestValue], groups: dict[int | None, dict[str, float]], maxima: Maxima | None = None
+        self, latest: list[LatestValue], groups: dict[int | None, dict[str, float]], maxima: Maxima
     ) -> list[GaugeMetricFamily]:
         """Per run and spike metric: the step-space baseline and the group's thresholds."""
         labels = ["project", "run"]
@@ -348,7 +365,7 @@ class RunCollector(Collector):
                 mad_multiple.add_metric([project, run], th["spike_mad_multiple"])
             top, n = max(step for _, step in rows), int(th["spike_window"])
             if all(layer is not None for layer, _ in rows):  # the max over layers per step, all layers at once
-                newest = self._maxima({} if maxima is None else maxima, run_id, name, top, n + 1)
+                newest = self._maxima(maxima, run_id, name, top, n + 1)
                 windows = [[(step, v) for step, v in newest if step < top][-n:]]
             else:
                 windows = self.store.trailing_points(run_id, [(name, layer, top) for layer, _ in rows], n)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection, Engine
 
@@ -48,7 +47,7 @@ from hyperwatch.monitor.store.points import (
     sql_layer,
     to_sql_value,
 )
-from hyperwatch.monitor.store.trailing import per_step_max, trailing_points
+from hyperwatch.monitor.store.trailing import max_by_step, per_step_max, trailing_points
 
 _ALERT_ROWS = 1000  # rows per INSERT: 11 values each stays under SQLite's 32,766 bound parameters
 
@@ -284,7 +283,8 @@ class SeriesMixin:
                     out.append(per_step_max(each)[-limit:])
                     continue
                 base = {"run_id": run_id, "name_id": nid, "start": window[0][0], "end": top}
-                out.append(_step_maxima(matrix.columns(conn, base, sorted(layers)), limit))
+                cols = matrix.columns(conn, base, sorted(layers))
+                out.append([] if cols is None else max_by_step(cols[1], cols[2])[-limit:])
             return out
 
     def _trailing_points(
@@ -420,19 +420,3 @@ class SeriesMixin:
                 LatestValue(p, r, bool(e), n, api_layer(la), s, from_sql_value(v), as_utc(t), rid, gid)
                 for p, r, e, n, la, s, v, t, rid, gid in conn.execute(q)
             ]
-
-
-def _step_maxima(cols: tuple[np.ndarray, np.ndarray, np.ndarray] | None, limit: int) -> list[tuple[int, float]]:
-    """(step, max of the finite values at it) of ``matrix.columns``' points, the newest ``limit`` steps."""
-    if cols is None:
-        return []
-    _layer, steps, values = cols
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
-    if not len(steps):
-        return []
-    order = np.argsort(steps, kind="stable")
-    steps, values = steps[order], values[order]
-    first = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
-    top = np.maximum.reduceat(values, first)
-    return list(zip(steps[first].tolist(), top.tolist()))[-limit:]

@@ -13,10 +13,10 @@ points missing if the chunks are full; a sparse series repeats that for the few 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from functools import lru_cache
 
+import numpy as np
 from sqlalchemy.engine import Connection
 
 from hyperwatch.monitor.store import chunks
@@ -102,9 +102,17 @@ def _from_chunks(
 def per_step_max(windows: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, float]]:
     """(step, the max over ``windows`` of the finite values logged at it), by step: a metric's series
     across layers as its max-over-layers gauge shows it, one point per logged step."""
-    top: dict[int, float] = {}
-    for window in windows:
-        for step, value in window:
-            if math.isfinite(value):
-                top[step] = max(value, top.get(step, -math.inf))
-    return sorted(top.items())
+    pairs = [p for window in windows for p in window]
+    return max_by_step(np.array([s for s, _ in pairs], dtype=np.int64), np.array([v for _, v in pairs], dtype=float))
+
+
+def max_by_step(steps: np.ndarray, values: np.ndarray) -> list[tuple[int, float]]:
+    """(step, the max of the finite ``values`` at it) for each step that has one, by step."""
+    finite = np.isfinite(values)
+    steps, values = steps[finite], values[finite]
+    if not len(steps):
+        return []
+    order = np.argsort(steps, kind="stable")
+    steps, values = steps[order], values[order]
+    first = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
+    return list(zip(steps[first].tolist(), np.maximum.reduceat(values, first).tolist()))

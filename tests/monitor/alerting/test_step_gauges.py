@@ -5,25 +5,20 @@ detectors' own), and each growth metric's rise over its max over layers."""
 from __future__ import annotations
 
 import math
-import sys
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
 from hyperwatch.hooks.columns import PointColumns
+from hyperwatch.monitor.alerting.prometheus import step_gauges
 from hyperwatch.monitor.alerting.trends import growth_stats
 from hyperwatch.monitor.store import SqlStore
 from hyperwatch.monitor.store.trailing import per_step_max
 from hyperwatch.monitor.thresholds.defaults import thresholds_for
 from tests.monitor.alerting.test_prometheus import _samples
 from tests.monitor.conftest import AUTH, create_run, post_points
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench" / "early_warning"))
-
-from ew_gauges import sigma_statistics
 
 GAUGES = (
     "loss_spike_streak", "loss_spike_mean", "loss_spike_sigma", "loss_shift_recent", "loss_shift_mean",
@@ -72,8 +67,8 @@ def test_statistics_are_the_detectors_over_the_logged_values_with_the_groups_thr
     for run, rows in seen.items():
         for i, got in enumerate(rows):
             want = {
-                **sigma_statistics("loss", loss[: i + 1], th[run]),
-                **sigma_statistics("grad_norm", grad[: i + 1], th[run]),
+                **step_gauges("loss", list(enumerate(loss[: i + 1])), th[run]),
+                **step_gauges("grad_norm", list(enumerate(grad[: i + 1])), th[run]),
             }
             assert got == pytest.approx(want, rel=1e-12, abs=1e-15), (run, i)
     plain, grouped = seen["plain"], seen["grouped"]
