@@ -51,10 +51,20 @@ _TAKE_PG = (
     "RETURNING t.name_id, t.layer, t.step, t.tokens, t.value"
 )
 _COPY_CHUNKS = f"COPY {OPEN_CHUNKS} ({', '.join(CHUNK_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
-_DELETE_SQLITE = "DELETE FROM metric_points WHERE run_id = ? AND name_id = ? AND layer = ? AND step >= ? AND step <= ?"
+DELETE_RANGE_SQLITE = (
+    "DELETE FROM metric_points WHERE run_id = ? AND name_id = ? AND layer = ? AND step >= ? AND step <= ?"
+)
 
 
-__all__ = ["COMPACTING_DIALECTS", "boundary", "compacts", "copy_chunks", "store_sealed", "take_hot"]
+__all__ = [
+    "COMPACTING_DIALECTS",
+    "DELETE_RANGE_SQLITE",
+    "boundary",
+    "compacts",
+    "copy_chunks",
+    "store_sealed",
+    "take_hot",
+]
 
 
 def compacts(conn: Connection) -> bool:
@@ -181,5 +191,5 @@ def take_hot(conn: Connection, run_id: int, ranges: list[tuple[int, int, int, in
         return conn.exec_driver_sql(_TAKE_PG, params).cursor.fetchall()  # type: ignore[return-value]
     # SQLite: in-process, so a read then a delete per range costs no round trip
     rows = read_in_ranges(conn, run_id, "t.step, t.tokens, t.value", "metric_points", "step", "", ranges)
-    conn.exec_driver_sql(_DELETE_SQLITE, [(run_id, *r) for r in ranges])
+    conn.exec_driver_sql(DELETE_RANGE_SQLITE, [(run_id, *r) for r in ranges])
     return rows  # type: ignore[return-value]

@@ -53,8 +53,10 @@ def split(blob: bytes, size: int) -> tuple[bytes, bytes | None]:
     return blob[cut:], blob[:cut]
 
 
-def data_expr(dialect: str) -> str:
-    """The SQL of a chunk row's whole blob: the stored prefix joined to the rest."""
+def data_expr(dialect: str, alias: str = "") -> str:
+    """The SQL of a chunk row's whole blob: the stored prefix joined to the rest (``alias``: the
+    table's, e.g. ``t.``)."""
+    ext, data = f"{alias}data_ext", f"{alias}data"
     if dialect == "sqlite":  # SQLite's || yields TEXT; CAST gives the same bytes back as a BLOB
-        return "COALESCE(CAST(data_ext || data AS BLOB), data)"
-    return "COALESCE(data_ext || data, data)"
+        return f"COALESCE(CAST({ext} || {data} AS BLOB), {data})"
+    return f"COALESCE({ext} || {data}, {data})"
