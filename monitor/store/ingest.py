@@ -44,6 +44,7 @@ from sqlalchemy.engine import Connection
 from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.store import repair
 from hyperwatch.monitor.store.entities import ACTIVE_STATUS, GroupThresholds
+from hyperwatch.monitor.store.held import HeldPoints
 from hyperwatch.monitor.store.models import GroupRow, ProjectRow, RunRow
 from hyperwatch.monitor.store.points import SortedBatch, now_utc, write_points
 
@@ -243,22 +244,32 @@ def store_points(
     token: int,
     batch: SortedBatch,
     known: tuple[dict[int, int], dict[int, float]],
+    held: HeldPoints | None = None,
+    prior: int = 0,
 ) -> tuple[int, Callable[[], None]]:
     """Write a claimed, non-empty batch of a locked run; (hot rows moved, what to do once it commits).
 
     ``known``: the series' latest steps and values as of the lock, from ``cache`` when it holds the
     run as of the token the locked row held, else from ``series_latest`` (``points.latest_steps``);
     the returned callable records the steps after the batch in ``cache`` as of ``token`` (the
-    batch's own: call it only after the commit).
+    batch's own: call it only after the commit), and in ``held`` (SQLite) the run's hot rows, taken
+    from it as of ``prior`` (the token the locked row held).
     """
     known_steps = known[0]
     codes = batch.codes.tolist()
     before = np.array([known_steps.get(c, -1) for c in codes], dtype=np.int64)
-    moved, after = write_points(conn, run_id, token, batch, before)
+    parts = None if held is None else held.get(run_id, prior)
+    moved, after, left = write_points(conn, run_id, token, batch, before, parts)
     steps = list(zip(codes, after.tolist()))
     # series_latest's rule (points._write_latest): a series' value is replaced when the batch reaches
     # its latest step (a re-sent latest step too), never by a late step
     newer = (batch.step[batch.ends - 1] >= before).tolist()
     last_values = batch.value[batch.ends - 1].tolist()
     values = [(c, v) for c, v, n in zip(codes, last_values, newer) if n]
-    return moved, lambda: cache.advance(run_id, token, known, steps, values)
+
+    def committed() -> None:
+        cache.advance(run_id, token, known, steps, values)
+        if held is not None:
+            held.put(run_id, token, left)
+
+    return moved, committed

@@ -251,14 +251,20 @@ def point_rows(points: Sequence[Point] | PointColumns, name_ids: dict[str, int])
 
 
 def write_points(
-    conn: Connection, run_id: int, token: int, batch: SortedBatch, before: np.ndarray
-) -> tuple[int, np.ndarray]:
+    conn: Connection,
+    run_id: int,
+    token: int,
+    batch: SortedBatch,
+    before: np.ndarray,
+    held: Sequence[Columns] | None = None,
+) -> tuple[int, np.ndarray, tuple[Columns, ...] | None]:
     """Store a claimed batch's points with their latest values, sealed chunks and rollups.
 
     ``token``: the run's ingest token of this batch; ``before``: each series' latest stored step (-1:
-    none), read under the run's lock (see :mod:`monitor.store.ingest`). Returns how many hot points
-    were moved (deleted from ``metric_points`` or ``point_batches``: see :mod:`.hot`) and each
-    series' latest step after the batch.
+    none), read under the run's lock (see :mod:`monitor.store.ingest`); ``held``: the run's hot rows
+    as of that lock, when this process holds them (:mod:`.held`, SQLite). Returns how many hot points
+    were moved (deleted from ``metric_points`` or ``point_batches``: see :mod:`.hot`), each series'
+    latest step after the batch, and the run's hot rows after it when known (SQLite's appended steps).
     """
     last = batch.step[batch.ends - 1]  # rows are key-sorted: a series' last row is its latest step
     after = np.maximum(last, before)
@@ -292,11 +298,14 @@ def write_points(
                 )
                 mine = Columns(*(getattr(batch, c)[~hot] for c in _COLS))
                 theirs = Columns(*(getattr(taken, c)[sealing] for c in _COLS))
-                moved += seal_appended(conn, run_id, ranges, Columns.join([mine, theirs]))[0]
+                # the run's hot rows now: those held and the ones just inserted, as SQLite gives them back
+                now = None if held is None else (*held, _as_stored(batch, hot))
+                took, _chunks, left = seal_appended(conn, run_id, ranges, Columns.join([mine, theirs]), now)
+                moved += took
                 _pack(conn, run_id, batch, touched, edge_before, edge_after)
                 _write_latest(conn, run_id, batch, before, last >= before)
                 _seal_rollups(conn, run_id, batch, before, after, {}, from_level=max(ROLLUP_LEVELS))
-                return moved, after
+                return moved, after, left
             if touched.any():
                 ids, layers = batch.ids[batch.starts][touched].tolist(), batch.layer[batch.starts][touched].tolist()
                 keys = list(zip(ids, layers))
@@ -314,7 +323,15 @@ def write_points(
         _insert_points(conn, run_id, batch, fresh, ~fresh)
     _write_latest(conn, run_id, batch, before, last >= before)
     _seal_rollups(conn, run_id, batch, before, after, known)
-    return moved, after
+    return moved, after, None
+
+
+def _as_stored(batch: SortedBatch, rows: np.ndarray) -> Columns:
+    """The batch's ``rows`` as SQLite reads them back from ``metric_points``: NaN is NULL there (one NaN,
+    whatever its bits), and a REAL with no fraction is kept as an integer (-0.0 comes back 0.0)."""
+    value = batch.value[rows]
+    value = np.where(np.isnan(value), np.nan, value + 0.0)
+    return Columns(batch.ids[rows], batch.layer[rows], batch.step[rows], batch.tokens[rows], value)
 
 
 def _pack(

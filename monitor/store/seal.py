@@ -36,9 +36,8 @@ from hyperwatch.monitor.store.rollups import extremes
 _FIELDS = ("ids", "layer", "step", "tokens", "value")
 _EXACT = 2.0**53
 _TOKENS_MAX = 2**58  # linear tokens checked in int64 without overflow: |t0 + dt * 15| stays below 2^63
-_HOT_WINDOW = "FROM metric_points WHERE run_id = ? AND step >= ? AND step <= ?"
-_READ_SQLITE = f"SELECT name_id, layer, step, tokens, value {_HOT_WINDOW}"
-_DELETE_WINDOW_SQLITE = f"DELETE {_HOT_WINDOW}"
+_READ_SQLITE = "SELECT name_id, layer, step, tokens, value FROM metric_points WHERE run_id = ?"
+_DELETE_WINDOW_SQLITE = "DELETE FROM metric_points WHERE run_id = ? AND step >= ? AND step <= ?"
 
 
 @dataclass(frozen=True)
@@ -54,9 +53,19 @@ class Columns:
 
     @classmethod
     def join(cls, parts: Sequence[Columns]) -> Columns:
-        cat = [np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS]
-        order = np.lexsort((cat[2], cat[1], cat[0]))
-        return cls(*(c[order] for c in cat))
+        """``parts`` as one, key-sorted."""
+        cat = cls.concat(parts)
+        order = np.lexsort((cat.step, cat.layer, cat.ids))
+        return cat.take(order)
+
+    @classmethod
+    def concat(cls, parts: Sequence[Columns]) -> Columns:
+        """``parts`` as one, in their order."""
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return cls.empty()
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS))
 
     def __len__(self) -> int:
         return len(self.step)
@@ -95,18 +104,25 @@ class Columns:
 
 
 def seal_appended(
-    conn: Connection, run_id: int, ranges: list[tuple[int, int, int, int]], points: Columns
-) -> tuple[int, int]:
-    """Seal the chunks of an all-new-steps batch; (hot rows taken from ``metric_points``, chunks written).
+    conn: Connection,
+    run_id: int,
+    ranges: list[tuple[int, int, int, int]],
+    points: Columns,
+    held: Sequence[Columns] | None = None,
+) -> tuple[int, int, tuple[Columns, ...] | None]:
+    """Seal the chunks of an all-new-steps batch; (hot rows taken from ``metric_points``, chunks written,
+    the run's hot rows left when known: SQLite).
 
     ``ranges``: (name_id, layer, first step, last step) of the hot rows to take, one per series whose
     boundary moved and that had points before; ``points``: every other point of the sealed chunks
-    (pending ones taken back, the batch's own below the new boundaries).
+    (pending ones taken back, the batch's own below the new boundaries); ``held``: every hot row of the
+    run now (SQLite: those this process holds, :mod:`.held`, and the batch's own just inserted), else
+    they are read.
     """
-    taken = _take_hot(conn, run_id, ranges)
+    taken, left = _take_hot(conn, run_id, ranges, held)
     cols = Columns.join([points, taken]) if len(taken) else points
     if not len(cols.step):
-        return len(taken), 0
+        return len(taken), 0, left
     chunk = cols.step // CHUNK_STEPS
     new = np.ones(len(chunk), dtype=bool)
     new[1:] = (cols.ids[1:] != cols.ids[:-1]) | (cols.layer[1:] != cols.layer[:-1]) | (chunk[1:] != chunk[:-1])
@@ -114,32 +130,39 @@ def seal_appended(
     counts = np.diff(np.append(starts, len(chunk)))
     rows = _chunk_rows(run_id, cols, chunk, starts, counts)
     copy_chunks(conn, rows)
-    return len(taken), len(rows)
+    return len(taken), len(rows), left
 
 
-def _take_hot(conn: Connection, run_id: int, ranges: list[tuple[int, int, int, int]]) -> Columns:
-    """:func:`compact.take_hot` as columns. SQLite: one read of the run's hot rows in the ranges' steps
-    (a join of 512 ranges reads the same rows, each through the key: no faster), kept where a range
-    holds them, and one delete when they are all the rows read (the common case: every series of a
-    one-step batch seals at once), else one per range."""
-    if not ranges or conn.dialect.name == "postgresql":
-        return Columns.of_rows(take_hot(conn, run_id, ranges))
+def _take_hot(
+    conn: Connection, run_id: int, ranges: list[tuple[int, int, int, int]], held: Sequence[Columns] | None
+) -> tuple[Columns, tuple[Columns, ...] | None]:
+    """:func:`compact.take_hot` as columns, and the run's hot rows left (None: not known).
+
+    SQLite: the run's hot rows (``held``, or one read of them all: about the rows a one-step batch's
+    seal takes anyway, since every series it logs seals at once), those a range holds taken, and one
+    delete of the ranges' steps when they hold no other row, else one per range."""
+    if conn.dialect.name == "postgresql":
+        return Columns.of_rows(take_hot(conn, run_id, ranges)), None
+    if not ranges:
+        return Columns.empty(), None if held is None else tuple(held)
+    hot = Columns.concat(held) if held is not None else Columns.of_rows(_read_hot(conn, run_id))
     lo, hi = min(r[2] for r in ranges), max(r[3] for r in ranges)
-    window = (run_id, lo, hi)
-    found = Columns.of_rows(conn.exec_driver_sql(_READ_SQLITE, window).cursor.fetchall())
-    if not len(found):
-        return found
     want = np.array(ranges, dtype=np.int64)
     keys = _key(want[:, 0], want[:, 1])
     order = np.argsort(keys)
     keys, first, last = keys[order], want[order, 2], want[order, 3]
-    at = np.minimum(np.searchsorted(keys, _key(found.ids, found.layer)), len(keys) - 1)
-    inside = (keys[at] == _key(found.ids, found.layer)) & (found.step >= first[at]) & (found.step <= last[at])
-    if inside.all():
-        conn.exec_driver_sql(_DELETE_WINDOW_SQLITE, window)
-        return found
-    conn.exec_driver_sql(DELETE_RANGE_SQLITE, [(run_id, *r) for r in ranges])
-    return found.take(inside)
+    mine = _key(hot.ids, hot.layer)
+    at = np.minimum(np.searchsorted(keys, mine), len(keys) - 1)
+    inside = (keys[at] == mine) & (hot.step >= first[at]) & (hot.step <= last[at])
+    if np.array_equal(inside, (hot.step >= lo) & (hot.step <= hi)):
+        conn.exec_driver_sql(_DELETE_WINDOW_SQLITE, (run_id, lo, hi))
+    else:
+        conn.exec_driver_sql(DELETE_RANGE_SQLITE, [(run_id, *r) for r in ranges])
+    return hot.take(inside), (hot.take(~inside),)
+
+
+def _read_hot(conn: Connection, run_id: int) -> list[tuple[Any, ...]]:
+    return list(conn.exec_driver_sql(_READ_SQLITE, (run_id,)).cursor.fetchall())
 
 
 def _key(ids: np.ndarray, layer: np.ndarray) -> np.ndarray:

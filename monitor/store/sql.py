@@ -22,6 +22,7 @@ from hyperwatch.monitor.store.entities import (
     Group,
     Run,
 )
+from hyperwatch.monitor.store.held import HeldPoints
 from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.incidents import IncidentsMixin
 from hyperwatch.monitor.store.ingest import LatestSteps
@@ -63,6 +64,7 @@ class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, SummaryMixin, Webhook
         self._id_names: dict[int, str] = {}
         self.hot_vacuum = HotVacuum(self.engine)
         self.latest_steps = LatestSteps()
+        self.held_points = HeldPoints()  # SQLite: each run's hot rows (monitor.store.held)
         self.series_limits = SeriesLimits()  # create_app sets the service's (monitor.store.cardinality)
 
     # -- health ----------------------------------------------------------------------------------
@@ -255,6 +257,7 @@ class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, SummaryMixin, Webhook
         with managed(self.engine, f"delete run {run_id}", write=True) as conn:
             deleted = removal.delete_run(conn, run_id)
         self.latest_steps.forget(run_id)
+        self.held_points.forget(run_id)
         return deleted
 
     def get_run(self, run_id: int) -> Run:

@@ -29,6 +29,7 @@ from hyperwatch.monitor.store.entities import (
     SeriesInfo,
     SeriesPoint,
 )
+from hyperwatch.monitor.store.held import HeldPoints
 from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.ingest import Duplicate, LatestSteps, lock_run, new_token, store_points
 from hyperwatch.monitor.store.models import MetricNameRow, ProjectRow, RunRow, SeriesLatestRow
@@ -96,6 +97,7 @@ class SeriesMixin:
     engine: Engine
     hot_vacuum: HotVacuum
     latest_steps: LatestSteps
+    held_points: HeldPoints
     series_limits: cardinality.SeriesLimits
     _name_ids: dict[str, int]
 
@@ -152,7 +154,8 @@ class SeriesMixin:
                     # rolls back having drawn no name id, counted nothing and stored nothing
                     ids = cardinality.admit(conn, run_id, what, columns, known[0], self._name_ids, self.series_limits)
                     batch = SortedBatch.of(columns, ids)
-                    moved, committed = store_points(conn, self.latest_steps, run_id, token, batch, known)
+                    held = self.held_points if conn.dialect.name == "sqlite" else None
+                    moved, committed = store_points(conn, self.latest_steps, run_id, token, batch, known, held, prior)
                     if not running:  # points after the run stopped: its open ranges stay sealed (0015)
                         segments.seal_stopped(conn, run_id)
                 detector = None if detector_for is None else detector_for(run_id, group)
