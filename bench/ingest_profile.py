@@ -37,7 +37,7 @@ from hyperwatch.monitor.processes.children import ServiceProcess
 # Our own functions are looked for first (innermost wins), so SQL run by the rollups counts as rollups.
 OWN_STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("store: rollups (seal)", ("seal_rollups ",)),
-    ("store: chunks sealed", ("store_sealed ",)),
+    ("store: chunks sealed", ("store_sealed ", "seal_appended ")),
     ("store: points insert", ("_insert_points ", "append (hyperwatch/monitor/store/pending")),
     ("store: run lock + progress", ("lock_run ",)),
     ("store: series steps (cache miss)", ("latest_steps ",)),
