@@ -229,37 +229,55 @@ def decode_columns(chunk: int, blob: bytes) -> tuple[np.ndarray, np.ndarray, np.
 
 def steps_values(rows: Sequence[tuple[int, bytes]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row index, step, value with NaN) of every point of (chunk, data) rows, in row order and step
-    order within a row; tokens are not decoded. Each row is decoded once: the 16-step chunks of the
-    common layout (consecutive steps, no or linear tokens) of one blob size all at once through one
-    numpy record view, any other row through :func:`decode_columns` / ``segcodec``."""
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    order within a row; tokens are not decoded (:func:`columns_of_rows` without them)."""
+    at, steps, _tokens, values = columns_of_rows(rows, tokens=False)
+    return at, steps, values
+
+
+def columns_of_rows(
+    rows: Sequence[tuple[int, bytes]], tokens: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(row index, step, tokens with NULL_INT for none, value with NaN) of every point of (chunk, data)
+    rows, in row order and step order within a row (``tokens=False``: the common layout's and the
+    segments' tokens are not decoded, NULL_INT in their place). Each row is decoded once: the 16-step chunks of the common layout (consecutive steps,
+    no or linear tokens) of one blob size all at once through one numpy record view, any other row
+    through :func:`decode_columns` / ``segcodec``."""
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     same: dict[tuple[int, int], list[int]] = {}  # (flags, size) -> rows of the common chunk layout
     for i, (chunk, blob) in enumerate(rows):
         if blob[0] == VERSION and blob[1] & DENSE and blob[1] & (TOK_NONE | TOK_LINEAR):
             same.setdefault((blob[1], len(blob)), []).append(i)
             continue
-        if blob[0] == segcodec.VERSION:
+        if blob[0] == segcodec.VERSION and not tokens:
             steps, values = segcodec.decode_steps_values(chunk * CHUNK_STEPS, blob)
+            toks = np.full(len(steps), NULL_INT, dtype=np.int64)
         else:
-            steps, _tokens, values = decode_columns(chunk, blob)
-        parts.append((np.full(len(steps), i, dtype=np.int64), steps, values))
+            steps, toks, values = decode_columns(chunk, blob)
+        parts.append((np.full(len(steps), i, dtype=np.int64), steps, toks, values))
     for (flags, size), idx in same.items():
-        head = _HEAD.size + 2 + (_LINEAR.size if flags & TOK_LINEAR else 0)
+        linear = bool(flags & TOK_LINEAR)
+        head = _HEAD.size + 2 + (_LINEAR.size if linear else 0)
         n = (size - head) // 8
-        layout = np.dtype(
-            {"names": ["first", "values"], "formats": ["<u2", ("<f8", n)], "offsets": [4, head], "itemsize": size}
-        )
+        names, formats, offsets = ["first", "values"], ["<u2", ("<f8", n)], [_HEAD.size, head]
+        if linear:
+            names, formats, offsets = [*names, "t0", "dt"], [*formats, "<i8", "<i8"], [*offsets, head - 16, head - 8]
+        layout = np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": size})
         rec = np.frombuffer(b"".join(rows[i][1] for i in idx), layout)
         at = np.asarray(idx, dtype=np.int64)
         base = np.asarray([rows[i][0] for i in idx], dtype=np.int64) * CHUNK_STEPS + rec["first"]
-        parts.append(
-            (np.repeat(at, n), (base[:, None] + np.arange(n)).ravel(), rec["values"].astype(np.float64).ravel())
-        )
+        offset = np.arange(n)
+        if tokens and linear:
+            toks = (rec["t0"][:, None] + rec["dt"][:, None] * offset).ravel()
+        else:
+            toks = np.full(len(idx) * n, NULL_INT, dtype=np.int64)
+        steps = (base[:, None] + offset).ravel()
+        parts.append((np.repeat(at, n), steps, toks, rec["values"].astype(np.float64).ravel()))
     if not parts:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-    at, steps, values = (np.concatenate(col) for col in zip(*parts))
+        none = np.empty(0, dtype=np.int64)
+        return none, none, none, np.empty(0, dtype=np.float64)
+    at, steps, toks, values = (np.concatenate(col) for col in zip(*parts))
     order = np.argsort(at, kind="stable")
-    return at[order], steps[order], values[order]
+    return at[order], steps[order], toks[order], values[order]
 
 
 def decode_rows(rows: Iterable[tuple[int, bytes]], lo: int, hi: int) -> list[Cand]:

@@ -100,10 +100,21 @@ def _fold(acc: Acc | None, n: int, lo: tuple[Any, Any, Any], hi: tuple[Any, Any,
 
 
 def extremes(steps: np.ndarray, values: np.ndarray, group: np.ndarray, starts: np.ndarray) -> tuple[Any, Any]:
-    """Per group of rows (``group`` ascending, group ``g`` starting at row ``starts[g]``): the row of its
-    minimum and of its maximum value, the earlier step winning a tie; NaN sorts last, so a group's
-    pick is NaN only when all its values are."""
-    return np.lexsort((steps, values, group))[starts], np.lexsort((steps, -values, group))[starts]
+    """Per group of rows (``group`` ascending, group ``g`` starting at row ``starts[g]``, steps ascending
+    within a group): the row of its minimum and of its maximum value, the earlier step winning a tie;
+    NaN never wins, so a group's pick is NaN only when all its values are (then its first row).
+
+    The first row holding the group's ``fmin`` / ``fmax``, by ``reduceat``: a sort of 131,072 points
+    (a pack of 512 series' open ranges) took 69 ms, this a few."""
+    del steps  # ascending within each group: the first row of a value is its earliest step
+    rows = np.arange(len(values))
+    out = []
+    for pick in (np.fmin, np.fmax):
+        best = pick.reduceat(values, starts) if len(starts) else values[:0]
+        hit = values == best[group]  # NaN never equals: an all-NaN group has no hit
+        first = np.minimum.reduceat(np.where(hit, rows, len(values)), starts) if len(starts) else starts
+        out.append(np.where(first < len(values), first, starts))
+    return out[0], out[1]
 
 
 def _level1(rows: Sequence[PointRow]) -> dict[tuple[int, int, int], Acc]:

@@ -28,7 +28,7 @@ points, so each point is encoded ~2.5 times over its range's life, at ~0.06 s pe
 
 from __future__ import annotations
 
-from collections import defaultdict
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -59,6 +59,7 @@ from hyperwatch.monitor.store.models import (
     ROLLUP_LEVELS,
     SEGMENT_CHUNKS,
 )
+from hyperwatch.monitor.store.rollups import extremes
 
 SeriesKey = tuple[int, int]
 Target = tuple[int, int, int, int]  # name_id, layer, first chunk of the range, end chunk (exclusive)
@@ -154,37 +155,37 @@ def pack(
     found = read_in_ranges(
         conn, run_id, "t.chunk, t.data", tables.read, "chunk", "", [(n, la, a, b - 1) for n, la, a, b in targets]
     )
-    stored: dict[tuple[int, int, int], list[tuple[int, bytes]]] = defaultdict(list)
-    for n, la, c, blob in found:
-        stored[(int(n), int(la), seg_floor(int(c)))].append((int(c), bytes(blob)))
+    at, steps, tokens, values = _target_columns(targets, found, extra)
+    starts = np.flatnonzero(np.r_[True, at[1:] != at[:-1]]) if len(at) else np.empty(0, dtype=np.int64)
+    ends = np.r_[starts[1:], len(at)]
+    lows, highs = extremes(steps, values, np.repeat(np.arange(len(starts)), ends - starts), starts)
+    nonfinite = (ends - starts - np.add.reduceat(np.isfinite(values), starts)).tolist() if len(at) else []
     rows: dict[str, list[tuple[Any, ...]]] = {tables.whole: [], tables.partial: []}
     rollup_rows: list[tuple[Any, ...]] = []
     known: Known = {}
     cut = toast.split_size(conn) if tables.split else 0
-    for n, la, c0, end in targets:
-        parts = [chunks.decode_columns(c, blob) for c, blob in sorted(stored.get((n, la, c0), []))]
-        late = extra.get((n, la, c0))
-        if late:
-            parts.append(_columns(late))
-        if not parts:
-            continue
-        steps, tokens, values = _merged(parts)
-        blob = segcodec.encode(c0 * CHUNK_STEPS, end - c0, steps, tokens, values)
-        lo, hi = _extremes(steps, values)
-        summary = (None,) * 4 if lo is None else (int(steps[lo]), float(values[lo]), int(steps[hi]), float(values[hi]))
-        nonfinite = int(len(values) - np.isfinite(values).sum())
+    for g, (t, a, b) in enumerate(zip(at[starts].tolist(), starts.tolist(), ends.tolist(), strict=True)):
+        n, la, c0, end = targets[t]
+        pts = steps[a:b], tokens[a:b], values[a:b]
+        blob = segcodec.encode(c0 * CHUNK_STEPS, end - c0, *pts)
+        lo, hi = int(lows[g]) - a, int(highs[g]) - a
+        if math.isnan(pts[2][lo]):  # NaN alone
+            summary: tuple[Any, ...] = (None,) * 4
+            lo_hi: tuple[int | None, int | None] = (None, None)
+        else:
+            summary = (int(pts[0][lo]), float(pts[2][lo]), int(pts[0][hi]), float(pts[2][hi]))
+            lo_hi = (lo, hi)
         whole = end - c0 == SEGMENT_CHUNKS
         data, ext = toast.split(blob, cut)
-        row = (run_id, n, la, c0, nonfinite, data, *summary) + ((ext,) if tables.split else ())
+        row = (run_id, n, la, c0, nonfinite[g], data, *summary) + ((ext,) if tables.split else ())
         rows[tables.whole if whole else tables.partial].append(row)
         if whole:
-            rollup_rows.append(
-                (run_id, n, la, FINEST, c0 // SEGMENT_CHUNKS, len(steps), *_rollup(steps, tokens, values, lo, hi))
-            )
-        if late is not None:
-            known[(n, la)] = ([(c0, end - 1)], chunks.to_cands(steps, tokens, values))
+            rollup_rows.append((run_id, n, la, FINEST, c0 // SEGMENT_CHUNKS, b - a, *_rollup(*pts, *lo_hi)))
+        if (n, la, c0) in extra:
+            known[(n, la)] = ([(c0, end - 1)], chunks.to_cands(*pts))
+    stored = {(int(n), int(la), seg_floor(int(c))) for n, la, c, _blob in found}
     for table in tables.cleared:
-        delete(conn, run_id, [t for t in targets if stored.get(t[:3])], table)
+        delete(conn, run_id, [t for t in targets if t[:3] in stored], table)
     cols, types, set_clause = (
         (SEGMENT_COLUMNS, SEGMENT_TYPES, CHUNK_SET) if tables.split else (CHUNK_COLUMNS, CHUNK_TYPES, CHUNK_SET_0014)
     )
@@ -237,24 +238,31 @@ def _columns(rows: Sequence[PointRow]) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return steps, tokens, values
 
 
-def _merged(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Columns of the parts, step-sorted, a later part's point winning a step two parts hold."""
-    if len(parts) == 1:
-        return parts[0]
-    steps, tokens, values = (np.concatenate(c) for c in zip(*parts))
-    rank = np.concatenate([np.full(len(p[0]), i) for i, p in enumerate(parts)])
-    order = np.lexsort((rank, steps))
-    steps, tokens, values = steps[order], tokens[order], values[order]
-    last = np.ones(len(steps), dtype=bool)
-    last[:-1] = steps[1:] != steps[:-1]
-    return steps[last], tokens[last], values[last]
-
-
-def _extremes(steps: np.ndarray, values: np.ndarray) -> tuple[int | None, int | None]:
-    """Rows of the minimum and the maximum (NaN never wins, the earlier step wins a tie); None: NaN alone."""
-    if np.isnan(values).all():
-        return None, None
-    return int(np.lexsort((steps, values))[0]), int(np.lexsort((steps, -values))[0])
+def _target_columns(
+    targets: Sequence[Target], found: Sequence[tuple[Any, ...]], extra: Mapping[tuple[int, int, int], list[PointRow]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(target index, step, tokens, value) of every point the targets' ranges hold now, sorted by target
+    and step: the stored rows' points (all rows decoded at once: :func:`chunks.columns_of_rows`) and
+    ``extra``'s, a later chunk's point winning a step two rows hold and ``extra``'s winning over both."""
+    index = {t[:3]: i for i, t in enumerate(targets)}
+    rows = [(int(c), bytes(blob)) for _n, _la, c, blob in found]
+    row_target = np.array([index[(int(n), int(la), seg_floor(int(c)))] for n, la, c, _b in found], dtype=np.int64)
+    row_chunk = np.array([c for c, _b in rows], dtype=np.int64)
+    at, steps, tokens, values = chunks.columns_of_rows(rows)
+    target, rank = row_target[at], row_chunk[at]
+    late = [(index[key], pts) for key, pts in extra.items() if pts and key in index]
+    if late:
+        cols = [_columns(pts) for _t, pts in late]
+        target = np.concatenate([target, *(np.full(len(c[0]), t, dtype=np.int64) for (t, _p), c in zip(late, cols))])
+        rank = np.concatenate([rank, np.full(sum(len(c[0]) for c in cols), np.iinfo(np.int64).max)])
+        steps, tokens, values = (
+            np.concatenate([col, *(c[i] for c in cols)]) for i, col in enumerate((steps, tokens, values))
+        )
+    order = np.lexsort((rank, steps, target))
+    target, steps, tokens, values = target[order], steps[order], tokens[order], values[order]
+    last = np.ones(len(steps), dtype=bool)  # the last of each (target, step): the winner
+    last[:-1] = (steps[1:] != steps[:-1]) | (target[1:] != target[:-1])
+    return target[last], steps[last], tokens[last], values[last]
 
 
 def _rollup(
