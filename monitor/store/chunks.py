@@ -239,9 +239,9 @@ def columns_of_rows(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(row index, step, tokens with NULL_INT for none, value with NaN) of every point of (chunk, data)
     rows, in row order and step order within a row (``tokens=False``: the common layout's and the
-    segments' tokens are not decoded, NULL_INT in their place). Each row is decoded once: the 16-step chunks of the common layout (consecutive steps,
-    no or linear tokens) of one blob size all at once through one numpy record view, any other row
-    through :func:`decode_columns` / ``segcodec``."""
+    segments' tokens are not decoded, NULL_INT in their place). Each row is decoded once: the 16-step
+    chunks of the common layout (consecutive steps, no or linear tokens) of one blob size all at once
+    through one numpy record view, any other row through :func:`decode_columns` / ``segcodec``."""
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     same: dict[tuple[int, int], list[int]] = {}  # (flags, size) -> rows of the common chunk layout
     for i, (chunk, blob) in enumerate(rows):
