@@ -227,6 +227,9 @@ def decode_columns(chunk: int, blob: bytes) -> tuple[np.ndarray, np.ndarray, np.
     return np.array(s, dtype=np.int64), tok, np.array(v, dtype=np.float64)
 
 
+_NONE = np.empty(0, dtype=np.int64)
+
+
 def steps_values(rows: Sequence[tuple[int, bytes]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row index, step, value with NaN) of every point of (chunk, data) rows, in row order and step
     order within a row; tokens are not decoded (:func:`columns_of_rows` without them)."""
@@ -238,8 +241,8 @@ def columns_of_rows(
     rows: Sequence[tuple[int, bytes]], tokens: bool = True
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(row index, step, tokens with NULL_INT for none, value with NaN) of every point of (chunk, data)
-    rows, in row order and step order within a row (``tokens=False``: the common layout's and the
-    segments' tokens are not decoded, NULL_INT in their place). Each row is decoded once: the 16-step
+    rows, in row order and step order within a row (``tokens=False``: no tokens decoded, an empty
+    array in their place). Each row is decoded once: the 16-step
     chunks of the common layout (consecutive steps, no or linear tokens) of one blob size all at once
     through one numpy record view, any other row through :func:`decode_columns` / ``segcodec``."""
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -250,10 +253,9 @@ def columns_of_rows(
             continue
         if blob[0] == segcodec.VERSION and not tokens:
             steps, values = segcodec.decode_steps_values(chunk * CHUNK_STEPS, blob)
-            toks = np.full(len(steps), NULL_INT, dtype=np.int64)
         else:
             steps, toks, values = decode_columns(chunk, blob)
-        parts.append((np.full(len(steps), i, dtype=np.int64), steps, toks, values))
+        parts.append((np.full(len(steps), i, dtype=np.int64), steps, toks if tokens else _NONE, values))
     for (flags, size), idx in same.items():
         linear = bool(flags & TOK_LINEAR)
         head = _HEAD.size + 2 + (_LINEAR.size if linear else 0)
@@ -266,18 +268,19 @@ def columns_of_rows(
         at = np.asarray(idx, dtype=np.int64)
         base = np.asarray([rows[i][0] for i in idx], dtype=np.int64) * CHUNK_STEPS + rec["first"]
         offset = np.arange(n)
-        if tokens and linear:
+        if not tokens:
+            toks = _NONE
+        elif linear:
             toks = (rec["t0"][:, None] + rec["dt"][:, None] * offset).ravel()
         else:
             toks = np.full(len(idx) * n, NULL_INT, dtype=np.int64)
         steps = (base[:, None] + offset).ravel()
         parts.append((np.repeat(at, n), steps, toks, rec["values"].astype(np.float64).ravel()))
     if not parts:
-        none = np.empty(0, dtype=np.int64)
-        return none, none, none, np.empty(0, dtype=np.float64)
+        return _NONE, _NONE, _NONE, np.empty(0, dtype=np.float64)
     at, steps, toks, values = (np.concatenate(col) for col in zip(*parts))
     order = np.argsort(at, kind="stable")
-    return at[order], steps[order], toks[order], values[order]
+    return at[order], steps[order], toks[order] if tokens else _NONE, values[order]
 
 
 def decode_rows(rows: Iterable[tuple[int, bytes]], lo: int, hi: int) -> list[Cand]:
