@@ -2,9 +2,10 @@
 
 A one-step batch that seals its chunks (every 16th step of training's pattern) takes every sealed
 series' hot rows out of ``metric_points``: 7,680 rows for 512 series, read back and turned into
-columns in ~7 ms of a ~25 ms seal (``bench/storage.py``'s workload, cProfile). The rows were this
-process's own writes, so it keeps them: per run, the points of every hot row, as of the ingest token
-the batch that left them committed. The token is the proof, as for :class:`ingest.LatestSteps`
+columns in ~7 ms of the seal (``bench/storage.py``'s workload, the store alone, cProfile; the seal
+took 32 ms before, 16 ms with the rows held and their steps deleted in one statement). The rows were
+this process's own writes, so it keeps them: per run, the points of every hot row, as of the ingest
+token the batch that left them committed. The token is the proof, as for :class:`ingest.LatestSteps`
 (whose reasoning this follows): every writer of a run's points takes the run's row first and swaps
 its token in the same transaction, so a row that still holds the token holds the hot rows this
 process recorded with it; any other writer (another process, a late or re-sent step, which takes
