@@ -74,7 +74,7 @@ def _chunk_extremes(conn: Connection, params: dict[str, Any], lo: int, hi: int, 
     new = np.ones(len(bucket), dtype=bool)
     new[1:] = bucket[1:] != bucket[:-1]
     starts = np.flatnonzero(new)
-    lows, highs = extremes(steps, values, np.cumsum(new) - 1, starts)
+    lows, highs = extremes(values, np.cumsum(new) - 1, starts)
     picked = np.concatenate((lows, highs))
     cands = chunks.to_cands(steps[picked], tokens[picked], values[picked])
     return list(zip(bucket[picked].tolist(), cands))

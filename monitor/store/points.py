@@ -45,7 +45,7 @@ from hyperwatch.monitor.store.models import (
     IngestedBatchRow,
 )
 from hyperwatch.monitor.store.rollups import PointRow, seal_rollups
-from hyperwatch.monitor.store.seal import Columns, seal_appended
+from hyperwatch.monitor.store.seal import CODE_LAYER_BITS, Columns, seal_appended, series_code
 
 _POINT_COLUMNS = ("run_id", "name_id", "layer", "step", "tokens", "value")
 _POINT_TYPES = ("int", "int", "int", "bigint", "bigint", "float8")
@@ -229,14 +229,6 @@ class SortedBatch:
     def rows(self, mask: Any = None) -> list[PointRow]:
         """(name_id, layer, step, tokens, sql value) tuples of the rows (all, or ``mask``'s): the row form."""
         return _point_rows(self, slice(None) if mask is None else mask)
-
-
-CODE_LAYER_BITS = 20
-
-
-def series_code(name_id: Any, layer: Any) -> Any:
-    """One integer per series key (name_id, layer): layers run from -1 to MAX_LAYER (< 2^20 - 1)."""
-    return (name_id << CODE_LAYER_BITS) | (layer + 1)
 
 
 def layer_of(code: int) -> int:

@@ -99,14 +99,14 @@ def _fold(acc: Acc | None, n: int, lo: tuple[Any, Any, Any], hi: tuple[Any, Any,
     return acc
 
 
-def extremes(steps: np.ndarray, values: np.ndarray, group: np.ndarray, starts: np.ndarray) -> tuple[Any, Any]:
-    """Per group of rows (``group`` ascending, group ``g`` starting at row ``starts[g]``, steps ascending
-    within a group): the row of its minimum and of its maximum value, the earlier step winning a tie;
-    NaN never wins, so a group's pick is NaN only when all its values are (then its first row).
+def extremes(values: np.ndarray, group: np.ndarray, starts: np.ndarray) -> tuple[Any, Any]:
+    """Per group of rows (``group`` ascending, group ``g`` starting at row ``starts[g]``, its rows in step
+    order): the row of its minimum and of its maximum value, the earlier step winning a tie; NaN never
+    wins, so a group's pick is NaN only when all its values are (then its first row).
 
-    The first row holding the group's ``fmin`` / ``fmax``, by ``reduceat``: a sort of 131,072 points
-    (a pack of 512 series' open ranges) took 69 ms, this a few."""
-    del steps  # ascending within each group: the first row of a value is its earliest step
+    The first row holding the group's ``fmin`` / ``fmax``, by ``reduceat`` (rows in step order: the
+    first of a value is its earliest step): a sort of 131,072 points (a pack of 512 series' open ranges)
+    took 69 ms, this a few."""
     rows = np.arange(len(values))
     out = []
     for pick in (np.fmin, np.fmax):
@@ -132,7 +132,7 @@ def _level1(rows: Sequence[PointRow]) -> dict[tuple[int, int, int], Acc]:
     new[1:] = (ids[1:] != ids[:-1]) | (layers[1:] != layers[:-1]) | (blocks[1:] != blocks[:-1])
     starts = np.flatnonzero(new)
     counts = np.diff(np.append(starts, len(rows))).tolist()
-    lows, highs = (i.tolist() for i in extremes(steps, values, np.cumsum(new) - 1, starts))
+    lows, highs = (i.tolist() for i in extremes(values, np.cumsum(new) - 1, starts))
     out: dict[tuple[int, int, int], Acc] = {}
     for i, first in enumerate(starts.tolist()):
         key = (name_id[first], layer[first], step[first] // width)

@@ -40,6 +40,14 @@ _READ_SQLITE = "SELECT name_id, layer, step, tokens, value FROM metric_points WH
 _DELETE_WINDOW_SQLITE = "DELETE FROM metric_points WHERE run_id = ? AND step >= ? AND step <= ?"
 
 
+CODE_LAYER_BITS = 20
+
+
+def series_code(name_id: Any, layer: Any) -> Any:
+    """One integer per series key (name_id, layer): layers run from -1 to MAX_LAYER (< 2^20 - 1)."""
+    return (name_id << CODE_LAYER_BITS) | (layer + 1)
+
+
 @dataclass(frozen=True)
 class Columns:
     """Key-sorted points (name id, layer, step, tokens with NULL_INT for none, value with NaN): the
@@ -148,10 +156,10 @@ def _take_hot(
     hot = Columns.concat(held) if held is not None else Columns.of_rows(_read_hot(conn, run_id))
     lo, hi = min(r[2] for r in ranges), max(r[3] for r in ranges)
     want = np.array(ranges, dtype=np.int64)
-    keys = _key(want[:, 0], want[:, 1])
+    keys = series_code(want[:, 0], want[:, 1])
     order = np.argsort(keys)
     keys, first, last = keys[order], want[order, 2], want[order, 3]
-    mine = _key(hot.ids, hot.layer)
+    mine = series_code(hot.ids, hot.layer)
     at = np.minimum(np.searchsorted(keys, mine), len(keys) - 1)
     inside = (keys[at] == mine) & (hot.step >= first[at]) & (hot.step <= last[at])
     if np.array_equal(inside, (hot.step >= lo) & (hot.step <= hi)):
@@ -163,11 +171,6 @@ def _take_hot(
 
 def _read_hot(conn: Connection, run_id: int) -> list[tuple[Any, ...]]:
     return list(conn.exec_driver_sql(_READ_SQLITE, (run_id,)).cursor.fetchall())
-
-
-def _key(ids: np.ndarray, layer: np.ndarray) -> np.ndarray:
-    """One sortable integer per (name id, layer): layers are SMALLINT."""
-    return (ids.astype(np.int64) << 16) + (layer.astype(np.int64) + 2**15)
 
 
 def _chunk_rows(
@@ -230,7 +233,7 @@ def _pack(
 
 def _extremes(cols: Columns, starts: np.ndarray, counts: np.ndarray) -> list[tuple[Any, ...]]:
     """(min step, min value, max step, max value) of each chunk; all None for NaN alone."""
-    lows, highs = extremes(cols.step, cols.value, np.repeat(np.arange(len(starts)), counts), starts)
+    lows, highs = extremes(cols.value, np.repeat(np.arange(len(starts)), counts), starts)
     step, value = cols.step.tolist(), cols.value.tolist()
     out: list[tuple[Any, ...]] = []
     for lo, hi in zip(lows.tolist(), highs.tolist(), strict=True):

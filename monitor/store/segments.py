@@ -155,10 +155,10 @@ def pack(
     found = read_in_ranges(
         conn, run_id, "t.chunk, t.data", tables.read, "chunk", "", [(n, la, a, b - 1) for n, la, a, b in targets]
     )
-    at, steps, tokens, values = _target_columns(targets, found, extra)
+    at, steps, tokens, values, stored = _target_columns(targets, found, extra)
     starts = np.flatnonzero(np.r_[True, at[1:] != at[:-1]]) if len(at) else np.empty(0, dtype=np.int64)
     ends = np.r_[starts[1:], len(at)]
-    lows, highs = extremes(steps, values, np.repeat(np.arange(len(starts)), ends - starts), starts)
+    lows, highs = extremes(values, np.repeat(np.arange(len(starts)), ends - starts), starts)
     nonfinite = (ends - starts - np.add.reduceat(np.isfinite(values), starts)).tolist() if len(at) else []
     rows: dict[str, list[tuple[Any, ...]]] = {tables.whole: [], tables.partial: []}
     rollup_rows: list[tuple[Any, ...]] = []
@@ -183,9 +183,8 @@ def pack(
             rollup_rows.append((run_id, n, la, FINEST, c0 // SEGMENT_CHUNKS, b - a, *_rollup(*pts, *lo_hi)))
         if (n, la, c0) in extra:
             known[(n, la)] = ([(c0, end - 1)], chunks.to_cands(*pts))
-    stored = {(int(n), int(la), seg_floor(int(c))) for n, la, c, _blob in found}
     for table in tables.cleared:
-        delete(conn, run_id, [t for t in targets if t[:3] in stored], table)
+        delete(conn, run_id, [targets[t] for t in stored], table)
     cols, types, set_clause = (
         (SEGMENT_COLUMNS, SEGMENT_TYPES, CHUNK_SET) if tables.split else (CHUNK_COLUMNS, CHUNK_TYPES, CHUNK_SET_0014)
     )
@@ -240,13 +239,18 @@ def _columns(rows: Sequence[PointRow]) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 def _target_columns(
     targets: Sequence[Target], found: Sequence[tuple[Any, ...]], extra: Mapping[tuple[int, int, int], list[PointRow]]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[int]]:
     """(target index, step, tokens, value) of every point the targets' ranges hold now, sorted by target
     and step: the stored rows' points (all rows decoded at once: :func:`chunks.columns_of_rows`) and
-    ``extra``'s, a later chunk's point winning a step two rows hold and ``extra``'s winning over both."""
+    ``extra``'s, a later chunk's point winning a step two rows hold and ``extra``'s winning over both;
+    and the indexes of the targets that have stored rows."""
     index = {t[:3]: i for i, t in enumerate(targets)}
-    rows = [(int(c), bytes(blob)) for _n, _la, c, blob in found]
-    row_target = np.array([index[(int(n), int(la), seg_floor(int(c)))] for n, la, c, _b in found], dtype=np.int64)
+    rows: list[tuple[int, bytes]] = []
+    owners: list[int] = []
+    for n, la, c, blob in found:
+        rows.append((int(c), bytes(blob)))
+        owners.append(index[(int(n), int(la), seg_floor(int(c)))])
+    row_target = np.array(owners, dtype=np.int64)
     row_chunk = np.array([c for c, _b in rows], dtype=np.int64)
     at, steps, tokens, values = chunks.columns_of_rows(rows)
     target, rank = row_target[at], row_chunk[at]
@@ -262,7 +266,7 @@ def _target_columns(
     target, steps, tokens, values = target[order], steps[order], tokens[order], values[order]
     last = np.ones(len(steps), dtype=bool)  # the last of each (target, step): the winner
     last[:-1] = (steps[1:] != steps[:-1]) | (target[1:] != target[:-1])
-    return target[last], steps[last], tokens[last], values[last]
+    return target[last], steps[last], tokens[last], values[last], sorted(set(owners))
 
 
 def _rollup(

@@ -32,7 +32,7 @@ def test_extremes_pick_the_rows_a_sort_picks(seed: int) -> None:
     group = np.repeat(np.arange(len(sizes)), sizes)
     starts = np.r_[0, np.cumsum(sizes)[:-1]]
     steps = np.concatenate([np.sort(rng.sample(range(1000), n)) for n in sizes])
-    lows, highs = extremes(steps, values, group, starts)
+    lows, highs = extremes(values, group, starts)
     want_lows, want_highs = _by_sorting(steps, values, group, starts)
     for g, (lo, hi, wlo, whi) in enumerate(zip(lows.tolist(), highs.tolist(), want_lows, want_highs, strict=True)):
         assert group[lo] == g and group[hi] == g
@@ -41,7 +41,7 @@ def test_extremes_pick_the_rows_a_sort_picks(seed: int) -> None:
             continue
         assert (lo, hi) == (wlo, whi), (g, values[group == g], steps[group == g])
     empty = np.empty(0, dtype=np.int64)
-    assert [len(x) for x in extremes(empty, np.empty(0), empty, empty)] == [0, 0]
+    assert [len(x) for x in extremes(np.empty(0), empty, empty)] == [0, 0]
 
 
 def _rows(rng: random.Random) -> list[tuple[int, bytes]]:
