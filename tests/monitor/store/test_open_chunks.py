@@ -108,6 +108,7 @@ def test_0015_moves_the_open_rows_both_ways(db_url: str) -> None:
         for run_id in (running.id, stopped.id):
             _send(store, run_id, 0, 1400)
         store.update_run(stopped.id, {"status": "crashed"})
+        store.hot_vacuum.wait()  # the stop's rebuild of open_chunks' indexes, before the migration locks the tables
         tables = {
             t: {r: _rows(store, t, r) for r in (running.id, stopped.id)} for t in ("metric_chunks", "open_chunks")
         }
