@@ -324,3 +324,20 @@ def test_commands_of_the_hooks_alone_work_without_any_extra(tmp_path: Path, comm
         [sys.executable, "-c", BLOCK_EXTRAS, command, "--help"], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0 and f"usage: hyperwatch {command}" in done.stdout, done.stdout + done.stderr
+
+
+def test_tracked_links_stay_inside_the_checkout():
+    """A link git tracks is relative and resolves inside the repository: a worktree's ``.venv``
+    link to another checkout, committed once, made CI's ``make`` fail on a loop."""
+    staged = subprocess.run(
+        ["git", "ls-files", "-s", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    links = [os.fsdecode(e.split(b"\t", 1)[1]) for e in staged if e.startswith(b"120000 ")]
+    assert "hyperwatch/hooks" in links, links
+    for rel in links:
+        target = os.readlink(REPO / rel)
+        assert not os.path.isabs(target), f"{rel} links to the absolute path {target}: make it relative"
+        resolved = (REPO / rel).resolve()
+        assert resolved.is_relative_to(REPO) and resolved.exists(), f"{rel} -> {target} leaves the checkout"
+    ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", ".venv"], cwd=REPO)
+    assert ignored.returncode == 0, ".gitignore must ignore .venv whether it is a folder or a link"
