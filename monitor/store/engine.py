@@ -2,8 +2,9 @@
 
 SQLite gets WAL (readers never block the writer), ``synchronous=NORMAL`` (safe with WAL), a 30 s
 busy timeout (concurrent writers wait instead of failing with "database is locked") and foreign
-keys on. PostgreSQL gets a pre-ping pool. :func:`managed` commits or rolls back and turns database
-errors into :class:`~monitor.core.errors.StoreUnavailableError` naming the operation.
+keys on. PostgreSQL gets a pool that pings a connection before use when it sat idle
+(:func:`_ping_if_idle`). :func:`managed` commits or rolls back and turns database errors into
+:class:`~monitor.core.errors.StoreUnavailableError` naming the operation.
 
 Lock contention never reaches a user as "database is locked": a writer first waits under the busy
 timeout; if it still loses (SQLite busy, PostgreSQL deadlock or serialization failure), managed
@@ -24,7 +25,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError, OperationalError, SQLAlchemyError
 
 from hyperwatch.monitor.core.errors import (
     InvalidInputError,
@@ -38,6 +39,8 @@ from hyperwatch.monitor.store.bulk import register_pg_types
 log = logging.getLogger(__name__)
 BUSY_TIMEOUT_MS = 30_000
 BUSY_ATTEMPTS = 3
+PING_AFTER_IDLE_S = 1.0
+"""A pooled PostgreSQL connection idle this long is pinged before use (see :func:`_ping_if_idle`)."""
 _BUSY_MARKERS = ("database is locked", "database is busy", "deadlock detected", "could not serialize access")
 # SQLite's SQLITE_FULL; PostgreSQL's disk_full (53100) and the OS's ENOSPC in its message.
 _FULL_MARKERS = ("database or disk is full", "no space left on device", "disk full")
@@ -64,9 +67,36 @@ def make_engine(url: str, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Engine:
         event.listen(engine, "connect", functools.partial(_sqlite_pragmas, busy_timeout_ms=busy_timeout_ms))
         event.listen(engine, "begin", _sqlite_begin)
         return engine
-    engine = create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=8)
+    engine = create_engine(url, pool_size=8, max_overflow=8)
     event.listen(engine, "connect", lambda dbapi_conn, _record: register_pg_types(dbapi_conn))
+    event.listen(engine, "checkin", _checked_in)
+    event.listen(engine, "checkout", functools.partial(_ping_if_idle, engine.dialect))
     return engine
+
+
+def _checked_in(_dbapi_conn: Any, record: Any) -> None:
+    record.info["checked_in"] = time.monotonic()
+
+
+def _ping_if_idle(dialect: Any, dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+    """Ping a connection that sat in the pool for ``PING_AFTER_IDLE_S`` or more before handing it out.
+
+    A server restart, a fail-over or an idle timeout closes connections while they wait in the pool;
+    the ping (the dialect's own, outside any transaction) finds it, and :class:`DisconnectionError`
+    makes the pool open a fresh one (up to three tries) before the caller sees anything. A connection
+    checked in a moment ago (the next batch of a stream) is handed out as it is: ``pool_pre_ping``
+    pinged every checkout: one round trip more on each transaction (a plain batch makes six: BEGIN, the
+    run's lock, the batch id, the pending append, series_latest, COMMIT; issue 36).
+    Were the server to drop it within that second, the first statement fails, SQLAlchemy invalidates
+    the whole pool, and the request is answered 503 (the hooks' sink sends it again under its id).
+    """
+    since = record.info.get("checked_in")
+    if since is None or time.monotonic() - since < PING_AFTER_IDLE_S:
+        return
+    try:
+        dialect.do_ping(dbapi_conn)
+    except Exception as exc:  # any failure of the ping: the connection is not fit to hand out
+        raise DisconnectionError(f"the pooled connection failed its ping after idling: {exc}") from exc
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
