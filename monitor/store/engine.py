@@ -85,8 +85,8 @@ def _ping_if_idle(dialect: Any, dbapi_conn: Any, record: Any, _proxy: Any) -> No
     the ping (the dialect's own, outside any transaction) finds it, and :class:`DisconnectionError`
     makes the pool open a fresh one (up to three tries) before the caller sees anything. A connection
     checked in a moment ago (the next batch of a stream) is handed out as it is: ``pool_pre_ping``
-    pinged every checkout: one round trip more on each transaction (a plain batch makes six: BEGIN, the
-    run's lock, the batch id, the pending append, series_latest, COMMIT; issue 36).
+    pinged every checkout: one round trip more on each transaction (a plain batch makes five without it:
+    BEGIN, the run's lock with its batch id, the pending append, series_latest, COMMIT; issue 36).
     Were the server to drop it within that second, the first statement fails, SQLAlchemy invalidates
     the whole pool, and the request is answered 503 (the hooks' sink sends it again under its id).
     """

@@ -116,6 +116,11 @@ def dialect_insert(conn: Connection, table: Any) -> Any:
     return sqlite.insert(table)
 
 
+def received_ms() -> int:
+    """A batch's ``received_ms``: now, in Unix milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
 def batch_key(batch_id: str) -> bytes:
     """The stored key of a batch id (revision 0017): a 32-digit lowercase hex id, what the hooks send
     (a uuid4's hex), as a 0 byte and its 16 bytes; any other id as its ASCII bytes, which never start
@@ -151,7 +156,7 @@ def claim_batch(conn: Connection, run_id: int, batch_id: str, n_points: int) -> 
     the first one to commit (then reads as a duplicate) or roll back (then claims it), so a batch id
     is never stored twice and never answered with a database error.
     """
-    row = (batch_key(batch_id), run_id, n_points, time.time_ns() // 1_000_000)
+    row = (batch_key(batch_id), run_id, n_points, received_ms())
     if conn.exec_driver_sql(_CLAIM[conn.dialect.name], row).cursor.fetchone():
         return None
     return batch_seen(conn, run_id, batch_id)

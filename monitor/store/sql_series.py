@@ -39,7 +39,6 @@ from hyperwatch.monitor.store.points import (
     SortedBatch,
     api_layer,
     as_utc,
-    claim_batch,
     dialect_insert,
     from_sql_value,
     latest_steps,
@@ -143,8 +142,7 @@ class SeriesMixin:
         try:
             with managed(self.engine, f"store batch {batch_id} of {what}", write=True) as conn:
                 token = new_token()
-                run_id, prior, group, running = lock_run(conn, run, top, token)
-                seen = claim_batch(conn, run_id, batch_id, len(columns))
+                run_id, prior, group, running, seen = lock_run(conn, run, top, token, batch_id, len(columns))
                 if seen is not None:
                     raise Duplicate(run_id, seen)
                 alerts: list[NewAlert] = []
