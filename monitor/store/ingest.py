@@ -43,7 +43,7 @@ from sqlalchemy import BigInteger, Integer, LargeBinary, bindparam, case, func, 
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
-from hyperwatch.monitor.core.errors import NotFoundError
+from hyperwatch.monitor.core.errors import NotFoundError, StoreBusyError
 from hyperwatch.monitor.store import repair
 from hyperwatch.monitor.store.entities import ACTIVE_STATUS, GroupThresholds
 from hyperwatch.monitor.store.held import HeldPoints
@@ -277,8 +277,12 @@ def lock_run(
     run_id, prior, group_id, thresholds, learn, learned, status = row[:7]
     if not together:
         seen = claim_batch(conn, run_id, batch_id, n_points)
+    elif not row[7]:
+        seen = batch_seen(conn, run_id, batch_id)
+        if seen is None:  # the conflicting row is gone again: never store a batch unclaimed
+            raise StoreBusyError(f"batch {batch_id} of run {run_id} was claimed and released meanwhile; retry")
     else:
-        seen = None if row[7] else batch_seen(conn, run_id, batch_id)
+        seen = None
     running = status in (None, ACTIVE_STATUS)
     found = None
     if group_id is not None:

@@ -152,9 +152,10 @@ def claim_batch(conn: Connection, run_id: int, batch_id: str, n_points: int) -> 
     Batch ids are scoped per run (revision 0007): the same id sent for another run is a new batch.
     Stored compactly (revision 0017): the id as :func:`batch_key`, the time as Unix milliseconds.
 
-    One statement for the common case. On PostgreSQL a concurrent send of the same id waits here for
-    the first one to commit (then reads as a duplicate) or roll back (then claims it), so a batch id
-    is never stored twice and never answered with a database error.
+    One statement for the common case; the ingest's on SQLite (on PostgreSQL ``ingest.lock_run`` claims
+    in its lock statement). A concurrent send of the same id, having waited for the run's row, finds
+    the first one committed (a duplicate) or rolled back (it claims it), so a batch id is never stored
+    twice and never answered with a database error.
     """
     row = (batch_key(batch_id), run_id, n_points, received_ms())
     if conn.exec_driver_sql(_CLAIM[conn.dialect.name], row).cursor.fetchone():
