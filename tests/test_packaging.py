@@ -329,9 +329,9 @@ def test_commands_of_the_hooks_alone_work_without_any_extra(tmp_path: Path, comm
 def test_tracked_links_stay_inside_the_checkout():
     """A link git tracks is relative and resolves inside the repository: a worktree's ``.venv``
     link to another checkout, committed once, made CI's ``make`` fail on a loop."""
-    staged = subprocess.run(
-        ["git", "ls-files", "-s", "-z"], cwd=REPO, capture_output=True, check=True
-    ).stdout.split(b"\0")
+    staged = subprocess.run(["git", "ls-files", "-s", "-z"], cwd=REPO, capture_output=True, check=True).stdout.split(
+        b"\0"
+    )
     links = [os.fsdecode(e.split(b"\t", 1)[1]) for e in staged if e.startswith(b"120000 ")]
     assert "hyperwatch/hooks" in links, links
     for rel in links:
