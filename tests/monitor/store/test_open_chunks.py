@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import event, inspect, text
 
 from hyperwatch.hooks.schema import Point
-from hyperwatch.monitor.store import SqlStore, chunks, migrate, segcodec, toast
+from hyperwatch.monitor.store import SqlStore, chunks, hot, migrate, segcodec, toast
 from hyperwatch.monitor.store.models import SEGMENT_CHUNKS
 from tests.monitor.store.test_migration_writers import held_move, v1_chunk_writer
 
@@ -224,3 +224,36 @@ def test_a_stop_vacuums_the_hot_tables_so_the_next_run_reuses_their_space(pg_sto
     assert hot_bytes() <= 1.25 * first, (first, hot_bytes())  # without the stop's vacuum: about twice
     pts = pg_store.series(pg_store.list_runs()[-1].id, "attention_z", 63, 1000, None, None).points
     assert [p.step for p in pts] == list(range(200)) and pts[199].value == 1.0 + 199 % 5
+
+
+def test_a_stop_rebuilds_the_hot_tables_indexes_when_they_hold_few_rows(
+    pg_store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hot tables' indexes keep the size of the most rows they held (store.hot): a stop rebuilds them
+    when the tables hold at most ``REINDEX_HOT_MAX_ROWS`` rows, and leaves them when they hold more."""
+
+    def index_bytes() -> int:
+        sql = "SELECT pg_relation_size('pk_metric_points') + pg_relation_size('pk_point_batches')"
+        with pg_store.engine.connect() as conn:
+            return int(conn.execute(text(sql)).scalar_one())
+
+    def stop(name: str) -> None:
+        run, _ = pg_store.upsert_run("default", name, {})
+        pg_store.update_run(run.id, {"status": "finished"})
+        pg_store.hot_vacuum.wait()
+
+    churned, _ = pg_store.upsert_run("default", "churned", {})
+    for s in range(35):  # 300 names, one step a batch: 4,500 pending rows at most, 900 left hot
+        pg_store.ingest(churned.id, uuid.uuid4().hex, [Point(f"m{k}", s, 1.0 + s % 5, layer=0) for k in range(300)])
+    monkeypatch.setattr(hot, "REINDEX_HOT_MAX_ROWS", -1)  # every table "holds many rows": left alone
+    pg_store.update_run(churned.id, {"status": "finished"})
+    pg_store.hot_vacuum.wait()
+    assert pg_store.hot_vacuum.rebuilt == {"open_chunks": 1, "metric_points": 0, "point_batches": 0}
+    grown = index_bytes()
+    monkeypatch.setattr(hot, "REINDEX_HOT_MAX_ROWS", 100_000)
+    stop("another")
+    assert pg_store.hot_vacuum.rebuilt == {"open_chunks": 2, "metric_points": 1, "point_batches": 1}
+    assert index_bytes() < grown / 2, (grown, index_bytes())
+    # the stopped run's last steps are hot rows, read through the rebuilt index
+    pts = pg_store.series(churned.id, "m299", 0, 1000, None, None).points
+    assert [p.step for p in pts] == list(range(35)) and pts[34].value == 1.0 + 34 % 5
