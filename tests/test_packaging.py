@@ -326,7 +326,7 @@ def test_commands_of_the_hooks_alone_work_without_any_extra(tmp_path: Path, comm
     assert done.returncode == 0 and f"usage: hyperwatch {command}" in done.stdout, done.stdout + done.stderr
 
 
-def test_tracked_links_stay_inside_the_checkout():
+def test_tracked_links_stay_inside_the_checkout() -> None:
     """A link git tracks is relative and resolves inside the repository: a worktree's ``.venv``
     link to another checkout, committed once, made CI's ``make`` fail on a loop."""
     staged = subprocess.run(["git", "ls-files", "-s", "-z"], cwd=REPO, capture_output=True, check=True).stdout.split(
