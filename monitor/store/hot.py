@@ -62,8 +62,8 @@ from sqlalchemy.engine import Engine
 log = logging.getLogger(__name__)
 VACUUM_AFTER_ROWS = 16_384
 HOT_TABLES = "metric_points, point_batches, series_latest, open_chunks"
-REBUILT_AT_STOP = ("open_chunks", "metric_points", "point_batches")
-"""The tables whose indexes a stop rebuilds: ``open_chunks`` always, the others when they are small."""
+REBUILT_WHEN_SMALL = ("metric_points", "point_batches")
+"""The hot tables whose indexes a stop rebuilds when they hold few rows (``open_chunks``' it always rebuilds)."""
 REINDEX_HOT_MAX_ROWS = 100_000
 
 
@@ -76,7 +76,7 @@ class HotVacuum:
         self._thread: threading.Thread | None = None
         self.runs = 0  # vacuums completed (for tests and the benchmark)
         self._reindex: threading.Thread | None = None
-        self.rebuilt: dict[str, int] = dict.fromkeys(REBUILT_AT_STOP, 0)  # rebuilds of each table's indexes
+        self.rebuilt = dict.fromkeys(("open_chunks", *REBUILT_WHEN_SMALL), 0)  # rebuilds of each table's indexes
         self.stop_vacuums = 0  # vacuums of the hot tables at a run's stop completed
 
     def moved(self, rows: int) -> None:
@@ -114,9 +114,7 @@ class HotVacuum:
             self._pending = 0
         if self._chore(f"VACUUM (TRUNCATE false) {HOT_TABLES}", "VACUUM of the hot tables", "retried later"):
             self.stop_vacuums += 1
-        for table in REBUILT_AT_STOP:
-            if table != "open_chunks" and not self._small(table):
-                continue
+        for table in ("open_chunks", *(t for t in REBUILT_WHEN_SMALL if self._small(t))):
             if self._chore(f"REINDEX TABLE CONCURRENTLY {table}", f"REINDEX of {table}", "retried when a run stops"):
                 self.rebuilt[table] += 1
 

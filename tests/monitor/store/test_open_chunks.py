@@ -35,6 +35,12 @@ def _span(blob: bytes) -> int:
     return segcodec.span(blob[:8]) if blob[0] == segcodec.VERSION else 1
 
 
+def _pg_bytes(store: SqlStore, sizes: str) -> int:
+    """``SELECT <sizes>`` on PostgreSQL: a sum of relation sizes, in bytes."""
+    with store.engine.connect() as conn:
+        return int(conn.execute(text(f"SELECT {sizes}")).scalar_one())
+
+
 def _send(store: SqlStore, run_id: int, lo: int, hi: int) -> None:
     for s0 in range(lo, hi, 50):
         pts = [
@@ -178,8 +184,7 @@ def test_a_stop_rebuilds_the_open_indexes_at_what_is_still_open(pg_store: SqlSto
     another run still writing its open ranges there and reading them back through the new index."""
 
     def index_bytes() -> int:
-        with pg_store.engine.connect() as conn:
-            return int(conn.execute(text("SELECT pg_relation_size('pk_open_chunks')")).scalar_one())
+        return _pg_bytes(pg_store, "pg_relation_size('pk_open_chunks')")
 
     big, _ = pg_store.upsert_run("default", "big", {})
     small, _ = pg_store.upsert_run("default", "small", {})
@@ -203,9 +208,7 @@ def test_a_stop_vacuums_the_hot_tables_so_the_next_run_reuses_their_space(pg_sto
     vacuums the hot tables (store.hot), so the next run's points pass through the same pages."""
 
     def hot_bytes() -> int:
-        sql = "SELECT pg_total_relation_size('point_batches') + pg_total_relation_size('metric_points')"
-        with pg_store.engine.connect() as conn:
-            return int(conn.execute(text(sql)).scalar_one())
+        return _pg_bytes(pg_store, "pg_total_relation_size('point_batches') + pg_total_relation_size('metric_points')")
 
     def one_run(name: str) -> None:
         run, _ = pg_store.upsert_run("default", name, {})
@@ -233,14 +236,7 @@ def test_a_stop_rebuilds_the_hot_tables_indexes_when_they_hold_few_rows(
     when the tables hold at most ``REINDEX_HOT_MAX_ROWS`` rows, and leaves them when they hold more."""
 
     def index_bytes() -> int:
-        sql = "SELECT pg_relation_size('pk_metric_points') + pg_relation_size('pk_point_batches')"
-        with pg_store.engine.connect() as conn:
-            return int(conn.execute(text(sql)).scalar_one())
-
-    def stop(name: str) -> None:
-        run, _ = pg_store.upsert_run("default", name, {})
-        pg_store.update_run(run.id, {"status": "finished"})
-        pg_store.hot_vacuum.wait()
+        return _pg_bytes(pg_store, "pg_relation_size('pk_metric_points') + pg_relation_size('pk_point_batches')")
 
     churned, _ = pg_store.upsert_run("default", "churned", {})
     for s in range(35):  # 300 names, one step a batch: 4,500 pending rows at most, 900 left hot
@@ -251,7 +247,9 @@ def test_a_stop_rebuilds_the_hot_tables_indexes_when_they_hold_few_rows(
     assert pg_store.hot_vacuum.rebuilt == {"open_chunks": 1, "metric_points": 0, "point_batches": 0}
     grown = index_bytes()
     monkeypatch.setattr(hot, "REINDEX_HOT_MAX_ROWS", 100_000)
-    stop("another")
+    another, _ = pg_store.upsert_run("default", "another", {})
+    pg_store.update_run(another.id, {"status": "finished"})
+    pg_store.hot_vacuum.wait()
     assert pg_store.hot_vacuum.rebuilt == {"open_chunks": 2, "metric_points": 1, "point_batches": 1}
     assert index_bytes() < grown / 2, (grown, index_bytes())
     # the stopped run's last steps are hot rows, read through the rebuilt index
