@@ -189,6 +189,27 @@ def test_lofo_never_chooses_with_the_left_out_family(recorded: Path, monkeypatch
         "hot": (3, 0), "cold": (0, 1), "mid": (0, 0)}  # fmt: skip
 
 
+def _counted(missed: int, lead: float) -> list[dict[str, Any]]:
+    """Rows that summarize to ``missed`` missed runs and one warned run at ``lead`` of its training."""
+    warned = {"verdict": "wrong", "warned": True, "lead_frac": lead, "late": False, "missed": False,
+              "false_alarm": False, "pre_fault": False, "lead_steps": None}  # fmt: skip
+    return [warned] + [{**warned, "warned": False, "lead_frac": None, "missed": True}] * missed
+
+
+def test_a_threshold_moves_only_for_a_count_and_then_as_little_as_it_can() -> None:
+    counts = {30.0: (1, 0.05), 50.0: (2, 0.3), 80.0: (1, 0.2), 120.0: (1, 0.1), 200.0: (3, 0.4)}
+    grid = {"attention_lse_max_limit": sorted(counts)}
+
+    def score(_runs: Any, over: dict[str, float]) -> list[dict[str, Any]]:
+        return _counted(*counts[over.get("attention_lse_max_limit", 50.0)])
+
+    # 30, 80 and 120 all miss one run fewer than 50; 30 warns earliest, but 80 is the nearest to 50
+    chosen, row, _tried = search([object()], score, grid, WEIGHTS)  # type: ignore[list-item]
+    assert chosen == {"attention_lse_max_limit": 80.0} and row["missed"] == 1
+    counts.update({30.0: (2, 0.01), 80.0: (2, 0.01), 120.0: (2, 0.01)})  # earlier warnings, no fewer misses
+    assert search([object()], score, grid, WEIGHTS)[0] == {}  # type: ignore[list-item]
+
+
 def test_info_alerts_are_no_false_alarm(recorded: Path) -> None:
     run = load_run(recorded / "runs" / "cold-best-s0.json")
     run.batches = [to_columns([["attention_lse_max", 0, s, 3.0 * 1.1 ** (s / 4)]]) for s in LOGGED]  # 3 -> 29.5
