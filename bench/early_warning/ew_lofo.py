@@ -156,11 +156,11 @@ def search(
 ) -> tuple[Overrides, dict[str, Any], int]:
     """Coordinate-wise search on ``runs`` only: (chosen overrides, their summary, sets tried).
 
-    A threshold moves only when a value of it lowers the weighted count (:func:`ew_truth.objective`'s
-    first part); among the values that lower it most, the one nearest the value in force (by ratio) is
-    taken. The mean lead fraction never moves a threshold: at an equal count it favoured the most
-    eager value that cost no false alarm on the families searched, the value most likely to cost one
-    on the family left out."""
+    A threshold moves only when a value of it lowers the weighted count (:func:`ew_truth.objective`);
+    among the values that lower it most, the one nearest the value in force (by ratio) is
+    taken. The mean lead fraction never moves a threshold (until 2026-11-30 it broke ties: at an equal
+    count it drifted to the most eager value that cost no false alarm on the families searched, the
+    value most likely to cost one on the family left out)."""
     current = dict(start or {})
     best = summarize(score(runs, current))
     tried = 1
@@ -176,10 +176,10 @@ def search(
                     continue
                 s = summarize(score(runs, {**current, key: v}))
                 tried += 1
-                found.append((objective(s, weights)[0], _distance(v, now), v, s))
+                found.append((objective(s, weights), _distance(v, now), v, s))
             if found:
                 count, _far, v, s = min(found, key=lambda f: (f[0], f[1]))
-                if count < objective(best, weights)[0]:
+                if count < objective(best, weights):
                     best, current, changed = s, {**current, key: v}, True
         if not changed:
             break

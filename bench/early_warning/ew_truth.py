@@ -215,10 +215,9 @@ def add_up(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def objective(summary: Mapping[str, Any], weights: Mapping[str, float]) -> tuple[float, float]:
-    """(weighted count, mean lead fraction): lower is better, the second breaks ties."""
-    lead = summary["mean_lead_frac"]
-    return sum(w * summary[k] for k, w in weights.items()), 1.0 if lead is None else lead
+def objective(summary: Mapping[str, Any], weights: Mapping[str, float]) -> float:
+    """The weighted count (lower is better); the mean lead fraction is reported, never weighed."""
+    return sum(w * summary[k] for k, w in weights.items())
 
 
 TABLE = (
@@ -253,7 +252,7 @@ def format_rows(rows: Sequence[tuple[str, dict[str, Any]]], weights: Mapping[str
     head = " | ".join(HEAD.get(k, k).ljust(w) for k, w in TABLE)
     lines = [head, "-" * len(head)]
     for label, s in rows:
-        cells = {**s, "label": label, "objective": objective(s, weights)[0]}
+        cells = {**s, "label": label, "objective": objective(s, weights)}
         lines.append(" | ".join(_cell(cells[k]).ljust(w) for k, w in TABLE))
     return "\n".join(lines)
 
