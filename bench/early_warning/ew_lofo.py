@@ -6,8 +6,8 @@ Thresholds are chosen by a coordinate-wise search over :data:`GRID` (start at th
 threshold in turn, try each of its values with the others held, move to the one that lowers the
 count most, the nearest such value; repeat until a pass changes nothing, at most :data:`MAX_PASSES`),
 minimising :data:`OBJECTIVE` (missed + late + 3 x (false alarms + pre-fault false alarms)); the mean
-lead fraction never moves a threshold. For each family F the thresholds are chosen on every other family and F is
-scored with them: the ALL row of those left-out rows is the headline. Sources: ``service`` (the
+lead fraction never moves a threshold. For each family F the thresholds are chosen on every other
+family and F is scored with them: the ALL row of those left-out rows is the headline. Sources: ``service`` (the
 replay) and ``prometheus`` (the recorded scrapes, their threshold gauges rewritten, through
 ``promtool``).
 
