@@ -30,6 +30,7 @@ _INDEXES = text(
     "SELECT c.relname, pg_relation_size(i.indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
     "WHERE i.indrelid = CAST(:r AS oid)"
 )
+_FORKS = text("SELECT pg_relation_size(:r, 'main'), pg_relation_size(:r, 'fsm'), pg_relation_size(:r, 'vm')")
 _TABLES = "SELECT c.oid, c.relname, c.reltoastrelid FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid"
 
 
@@ -58,11 +59,10 @@ def pg_parts(url: str) -> list[tuple[str, int, int, int, int]]:
             for label, rel in ((name, oid), (f"{name} (toast)", toast)):
                 if not rel:
                     continue
-                for fork in ("fsm", "vm"):  # the free space and visibility maps VACUUM makes: a few pages per table
-                    pages = c.execute(text("SELECT pg_relation_size(:r, :f)"), {"r": rel, "f": fork}).scalar() or 0
+                size, fsm, vm = c.execute(_FORKS, {"r": rel}).one()
+                for fork, pages in (("fsm", fsm), ("vm", vm)):  # the maps VACUUM makes: a few pages per table
                     if pages:  # kept by a table VACUUM emptied too
                         out.append((f"{label} ({fork})", int(pages), 0, 0, 0))
-                size = c.execute(text("SELECT pg_relation_size(:r)"), {"r": rel}).scalar() or 0
                 if not size:
                     continue
                 live, dead, free = c.execute(
@@ -111,9 +111,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {name} | {size / n:.3f} | {live / n:.3f} | {dead / n:.3f} | {free / n:.3f} |")
         print(f"| **all** | {sum(r[1] for r in rels) / n:.3f} | | | |")
         maps = [r for r in rels if r[0].endswith(("(fsm)", "(vm)"))]
-        print(f"of which the free space and visibility maps of {len({r[0].rsplit(' (', 1)[0] for r in maps})} "
-              f"relations: {sum(r[1] for r in maps) / n:.3f} B/pt ({sum(r[1] for r in maps) // 1024} KB, the same "
-              "for any number of points: a fixed cost of the database)")  # fmt: skip
+        owners, total = len({r[0].rsplit(" (", 1)[0] for r in maps}), sum(r[1] for r in maps)
+        print(f"of which the free space and visibility maps of {owners} relations: {total / n:.3f} B/pt "
+              f"({total // 1024} KB, the same for any number of points: a fixed cost of the database)")  # fmt: skip
     return 0
 
 

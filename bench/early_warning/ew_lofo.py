@@ -7,9 +7,9 @@ threshold in turn, try each of its values with the others held, move to the one 
 count most, the nearest such value; repeat until a pass changes nothing, at most :data:`MAX_PASSES`),
 minimising :data:`OBJECTIVE` (missed + late + 3 x (false alarms + pre-fault false alarms)); the mean
 lead fraction never moves a threshold. For each family F the thresholds are chosen on every other
-family and F is scored with them: the ALL row of those left-out rows is the headline. Sources: ``service`` (the
-replay) and ``prometheus`` (the recorded scrapes, their threshold gauges rewritten, through
-``promtool``).
+family and F is scored with them: the ALL row of those left-out rows is the headline. Sources:
+``service`` (the replay) and ``prometheus`` (the recorded scrapes, their threshold gauges rewritten,
+through ``promtool``).
 
     .venv/bin/python bench/early_warning/ew_lofo.py runs/bench/ewf [--no-prom] [--json OUT] [--grid FILE]
         [--thresholds '{"attention_lse_max_limit": 80}'] [--rules FILE] [--pace 3]
