@@ -43,7 +43,7 @@ indicators, 1,024,000 points through HTTP): **27.6 B/point** at one step (512 po
 27.3 at 4,096-point batches (29.0 and 28.5 with hot rows instead of pending batches, 114.6 and
 105.1 before chunks; 10^9 points ~ 28 GB instead of ~110 GB). Per table (the same workload through
 the store, before pending batches): chunks 15.4 B/point (heap 12.8 at ~205 B a row, index 2.6),
-rollups 11.2, ``series_latest`` 0.14 (fillfactor 50: its rows are rewritten by every batch), batch
+rollups 11.2, ``series_latest`` 0.14 (its rows are rewritten by every batch; fillfactor 50 since 0018), batch
 ids 0.4, the rest 0.5. The hot tables cost a fixed amount per series (less than one chunk's worth
 of points plus what was deleted since the last vacuum: :mod:`monitor.store.hot`), so a short run
 pays more per point: 102,400 points measure 34 B/point (3.4 of them the empty schema).
@@ -344,7 +344,9 @@ class SeriesLatestRow(Base):
     """The newest point of every series: what /metrics and the run overview read."""
 
     __tablename__ = "series_latest"
-    __table_args__ = ({"sqlite_with_rowid": False},)  # since revision 0017 (SQLite: one b-tree, not two)
+    # SQLite: one b-tree, not two (since revision 0017); PostgreSQL: room on each page for the next version of
+    # every row, so a batch's update stays on its page and leaves the key alone (since 0018)
+    __table_args__ = ({"sqlite_with_rowid": False, "postgresql_with": {"fillfactor": 50}},)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     name_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     layer: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
