@@ -19,6 +19,23 @@ def test_storage_bench_quick_is_lossless() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     table = [line for line in done.stdout.splitlines() if line.startswith(("| workload", "| fixture"))]
     assert len(table) == 4 and all(line.endswith("| True |") for line in table), done.stdout
+    # ingest: one pair (--quick) per database, its ratio the HTTP rate over the floor's, and their median
+    speed = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith(("| sqlite", "| postgresql"))]
+    speed = [[c.strip() for c in row] for row in speed if len(row) == 6]
+    assert [row[0] for row in speed] == ["sqlite", "postgresql"], done.stdout
+    for _db, ours, raw, ratio, median, _target in speed:
+        got = float(ours.replace(",", "")) / float(raw.replace(",", ""))
+        assert ratio == median and abs(float(ratio.removesuffix("x")) - got) <= 0.006, done.stdout  # printed rounded
+
+
+def test_storage_bench_names_a_bad_flag() -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "storage.py"), "--quick", "--pairs", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "--pairs: at least 1, got 0" in done.stderr, done.stderr
 
 
 def test_storage_parts_quick_names_where_the_bytes_go() -> None:
