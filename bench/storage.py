@@ -122,10 +122,12 @@ def lossless(url: str, runs: dict[str, list[tuple[str, int, int, float]]]) -> bo
 
 
 def database(pg: bool, work: Path, label: str) -> tuple[str, object]:
+    """A new, empty database: PostgreSQL's a context to exit; SQLite's a file of its own under ``work``."""
     if pg:
         ctx = ingest.pg_database()
         return ctx.__enter__(), ctx
-    return f"sqlite:///{work}/{label}.db", None
+    n = sum(1 for _ in work.glob(f"{label}-*.db"))
+    return f"sqlite:///{work}/{label}-{n}.db", None
 
 
 def free(url: str) -> int:
@@ -196,8 +198,6 @@ def http_ingest(pg: bool, runs: dict[str, list[tuple[str, int, int, float]]], wo
     finally:
         if ctx is not None:
             ctx.__exit__(None, None, None)  # type: ignore[attr-defined]
-        elif Path(url.removeprefix("sqlite:///")).exists():
-            Path(url.removeprefix("sqlite:///")).unlink()
 
 
 def ingest_pairs(pg: bool, runs: dict, steps: int, work: Path, pairs: int) -> list[tuple[float, float]]:
