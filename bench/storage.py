@@ -13,7 +13,8 @@
 2. **Ingest**: the workload's points/s posted the same way into a fresh database against the raw
    one-transaction-per-step insert floor (``bench/ingest.py``: SQLite executemany, PostgreSQL COPY; 512
    points per transaction), ``--pairs`` times (3), each pair measured one right after the other and in
-   alternating order; the ratio of each pair and their median (one pair varied 0.85x-1.04x between runs).
+   alternating order; the ratio of each pair and their median (a single pair read 0.85x to 1.04x on
+   different runs of this benchmark).
 3. **Read**: a 2,000-bucket read of one 10^7-point series through the store (``bench/ingest.load_series``).
 
     .venv/bin/python bench/storage.py            # the issue's figures (~15 min on 2 shared cores)
@@ -156,7 +157,7 @@ def bytes_figures(title: str, runs: dict, samples: int, tsdb_bpp: float, pg: boo
     try:
         ingest.fresh(url)
         empty = in_use(url)
-        rate, running, _ = post(url, runs)
+        _rate, running, _ = post(url, runs)
         running, finished = running - free(url), in_use(url)
         ok = lossless(url, runs)
         first_whole = ingest.bytes_on_disk(url)
@@ -170,7 +171,7 @@ def bytes_figures(title: str, runs: dict, samples: int, tsdb_bpp: float, pg: boo
     return {
         "set": title, "db": "postgresql" if pg else "sqlite", "bpp": (finished - empty) / samples,
         "bpp_running": (running - empty) / samples, "bpp_next": (next_whole - first_whole) / samples,
-        "tsdb": tsdb_bpp, "rate": rate, "lossless": ok,
+        "tsdb": tsdb_bpp, "lossless": ok,
     }  # fmt: skip
 
 
@@ -200,7 +201,9 @@ def http_ingest(pg: bool, runs: dict[str, list[tuple[str, int, int, float]]], wo
             ctx.__exit__(None, None, None)  # type: ignore[attr-defined]
 
 
-def ingest_pairs(pg: bool, runs: dict, steps: int, work: Path, pairs: int) -> list[tuple[float, float]]:
+def ingest_pairs(
+    pg: bool, runs: dict[str, list[tuple[str, int, int, float]]], steps: int, work: Path, pairs: int
+) -> list[tuple[float, float]]:
     """(HyperWatch points/s, raw floor points/s), ``pairs`` times, alternately (H F, F H, ...): each ratio
     from two measurements taken one after the other, so a machine that slows down mid-run slows both."""
     out = []
@@ -245,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 x 4 x 1,100 steps, 3 fixture runs, a 10^5 read")
     ap.add_argument("--no-pg", action="store_true", help="SQLite only")
     ap.add_argument("--repeats", type=int, default=9)
-    ap.add_argument("--pairs", type=int, help="ingest measured against its floor this many times (default 3; --quick 1)")
+    ap.add_argument(
+        "--pairs", type=int, help="ingest measured against its floor this many times (default 3; --quick 1)"
+    )
     args = ap.parse_args(argv)
     pairs = args.pairs if args.pairs is not None else (1 if args.quick else 3)
     if pairs < 1:

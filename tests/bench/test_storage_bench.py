@@ -20,7 +20,9 @@ def test_storage_bench_quick_is_lossless() -> None:
     table = [line for line in done.stdout.splitlines() if line.startswith(("| workload", "| fixture"))]
     assert len(table) == 4 and all(line.endswith("| True |") for line in table), done.stdout
     # ingest: one pair (--quick) per database, its ratio the HTTP rate over the floor's, and their median
-    speed = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith(("| sqlite", "| postgresql"))]
+    speed = [
+        line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith(("| sqlite", "| postgresql"))
+    ]
     speed = [[c.strip() for c in row] for row in speed if len(row) == 6]
     assert [row[0] for row in speed] == ["sqlite", "postgresql"], done.stdout
     for _db, ours, raw, ratio, median, _target in speed:
