@@ -9,13 +9,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_storage_bench_quick_is_lossless() -> None:
-    done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "storage.py"), "--quick", "--repeats", "1"],
-        capture_output=True,
-        text=True,
-        timeout=600,
+def _storage(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(REPO / "bench" / "storage.py"), *args], capture_output=True, text=True, timeout=600
     )
+
+
+def test_storage_bench_quick_is_lossless() -> None:
+    done = _storage("--quick", "--repeats", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     table = [line for line in done.stdout.splitlines() if line.startswith(("| workload", "| fixture"))]
     assert len(table) == 4 and all(line.endswith("| True |") for line in table), done.stdout
@@ -31,12 +32,7 @@ def test_storage_bench_quick_is_lossless() -> None:
 
 
 def test_storage_bench_names_a_bad_flag() -> None:
-    done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "storage.py"), "--quick", "--pairs", "0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _storage("--quick", "--pairs", "0")
     assert done.returncode == 2 and "--pairs: at least 1, got 0" in done.stderr, done.stderr
 
 
