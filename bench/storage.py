@@ -83,10 +83,8 @@ def per_step(data: list[tuple[str, int, int, float]]) -> int:
 
 def post(url: str, runs: dict[str, list[tuple[str, int, int, float]]]) -> tuple[float, int, int]:
     """Post every run one step per request, finish it; (points/s, bytes before, bytes after finishing)."""
-    rates = []
     with ingest.serve(url) as base:
-        for name, data in runs.items():
-            rates.append((len(data), ingest.http_rate(base, data, per_step(data), name)))
+        rate = post_rate(base, runs)
         running = ingest.bytes_on_disk(url)
         store = SqlStore(url)
         for name in runs:
@@ -99,8 +97,13 @@ def post(url: str, runs: dict[str, list[tuple[str, int, int, float]]]) -> tuple[
             )
             urllib.request.urlopen(req, timeout=120).read()
         store.close()
-    total = sum(n for n, _r in rates)
-    return total / sum(n / r for n, r in rates), running, ingest.bytes_on_disk(url)
+    return rate, running, ingest.bytes_on_disk(url)
+
+
+def post_rate(base: str, runs: dict[str, list[tuple[str, int, int, float]]]) -> float:
+    """Points/s posting every run one step per request to the service at ``base`` (over all runs' points)."""
+    rates = [(len(data), ingest.http_rate(base, data, per_step(data), name)) for name, data in runs.items()]
+    return sum(n for n, _r in rates) / sum(n / r for n, r in rates)
 
 
 def lossless(url: str, runs: dict[str, list[tuple[str, int, int, float]]]) -> bool:
@@ -194,8 +197,7 @@ def http_ingest(pg: bool, runs: dict[str, list[tuple[str, int, int, float]]], wo
     try:
         ingest.fresh(url)
         with ingest.serve(url) as base:
-            rates = [(len(data), ingest.http_rate(base, data, per_step(data), name)) for name, data in runs.items()]
-        return sum(n for n, _r in rates) / sum(n / r for n, r in rates)
+            return post_rate(base, runs)
     finally:
         if ctx is not None:
             ctx.__exit__(None, None, None)  # type: ignore[attr-defined]
