@@ -11,9 +11,11 @@ merged into each run's file. Written under ``--out``:
 - ``runs/<family>-<arm>-s<seed>.json``: name, family, arm, seed, steps, onset, reference, fault,
   spec (every field), losses (one per step trained), logged_steps, batches (every batch the hooks
   sent, as ``[name, layer, step, value]`` rows), scrapes (``ew_prom.to_columns``: series -> value
-  or null per logged step), service_alerts (rule, severity, step, name, layer), seconds. Non-finite
+  or null per logged step), service_alerts (rule, severity, step, name, layer), seconds, numerics (the
+  worker's pinned variables and PyTorch's CPU capability). Non-finite
   numbers everywhere are the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (strict JSON).
-- ``manifest.json``: the arguments, the data's sha256, the run names, each run's final loss.
+- ``manifest.json``: the arguments, the data's sha256, the run names, each run's final loss, the
+  pinned variables (``numerics``).
 
 ``--find-lr`` instead trains each family's ``best`` arm over an LR grid (loss only, no service,
 seed 0) and prints the final losses (mean of the last 10% of per-step losses): how
@@ -23,7 +25,12 @@ seed 0) and prints the final losses (mean of the last 10% of per-step losses): h
 
 The default sweep (6 families, 13 arms, 3 seeds: 219 runs of 200 steps) took 885 s with ``--jobs 2``
 on 2 shared cores (1470 s while other jobs loaded them); one run takes 5-8 s on an idle core. Runs
-are deterministic: a rerun reproduced every final loss bit for bit.
+are deterministic: a rerun reproduced every final loss bit for bit. Across machines they were not (two
+machine types gave 102 wrong / 68 healthy / 49 grey and 96 / 71 / 52 from the same bytes): PyTorch's
+kernels, MKL and oneDNN each pick the widest instructions the CPU has, and AVX-512 rounds differently
+from AVX2. ``pin_numerics`` fixes all three at AVX2 on x86-64 (``NUMERICS``, set for the workers
+before they load torch; a variable already set is kept) and every run file records what was in force
+(``numerics``), so a recording states the arithmetic it was made with.
     nice -n 5 .venv/bin/python bench/early_warning/ew_record.py --find-lr --jobs 2
 """
 
@@ -33,6 +40,8 @@ import argparse
 import hashlib
 import json
 import math
+import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -64,6 +73,27 @@ LR_POINTS = 7  # --find-lr: 7 LRs on a x2 grid from --lr-min (default 5e-4 .. 3.
 TAIL = 0.1  # final loss: mean of the last 10% of per-step losses
 
 _data: np.ndarray | None = None  # a worker's copy of the bytes
+
+NUMERICS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+"""The instruction set PyTorch's CPU kernels, MKL (its conditional numerical reproducibility branch) and
+oneDNN use in the workers, on x86-64: AVX2, which every x86-64 CPU of the last decade has; on a machine
+with AVX-512 the default differs, and so do the trained bits. On this project's AMD EPYC (AVX2, no
+AVX-512) the pinned and the default arithmetic gave the same losses bit for bit."""
+
+
+def pin_numerics() -> dict[str, str]:
+    """Set :data:`NUMERICS` in this process's environment, which the spawned workers inherit and read
+    when they load torch (this process's own torch trains nothing), unless a variable is already set;
+    on x86-64 only. Returns the variables in force."""
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        for key, value in NUMERICS.items():
+            os.environ.setdefault(key, value)
+    return {k: os.environ[k] for k in NUMERICS if k in os.environ}
+
+
+def numerics() -> dict[str, str]:
+    """What this process computes with: the variables of :data:`NUMERICS` set, and PyTorch's CPU capability."""
+    return {**{k: os.environ[k] for k in NUMERICS if k in os.environ}, "capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def encode(v: float) -> float | str:
@@ -164,6 +194,7 @@ def _record_one(spec: Spec, url: str, every: int, spool: Path, runs_dir: Path) -
     """A worker's task: train one spec into the service and write its file; returns its summary."""
     assert _data is not None
     rec = train(spec, _data, url, every, spool)
+    rec["numerics"] = numerics()
     (runs_dir / f"{spec.name}.json").write_text(json.dumps(rec, allow_nan=False))
     values = [float(v) for v in rec["losses"]]
     return {"name": spec.name, "final": final_loss(values), "trained": len(values), "seconds": rec["seconds"]}
@@ -289,6 +320,7 @@ def record(args: argparse.Namespace) -> int:
         "final_losses": {s["name"]: encode(s["final"]) for s in summaries},
         "seconds": elapsed,
         "workdir": str(work),
+        "numerics": pin_numerics(),
     }
     (args.out / "manifest.json").write_text(json.dumps(manifest, indent=1, allow_nan=False))
     print(f"ew_record: {len(specs)} runs in {elapsed:.0f} s -> {args.out}")
@@ -297,6 +329,7 @@ def record(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    pin_numerics()
     return find_lr(args) if args.find_lr else record(args)
 
 

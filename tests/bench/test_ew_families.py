@@ -207,3 +207,40 @@ def test_cli_refuses_unknown_names(flag: str, value: str, valid: str, capsys: py
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert flag in err and value.split(",")[1] in err and valid in err
+
+
+_PINNED = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
+_CHILD = (
+    "import json, os, torch; "
+    f"print(json.dumps({{**{{k: os.environ.get(k) for k in {_PINNED!r}}}, 'cap': torch.backends.cpu.get_cpu_capability()}}))"
+)
+
+
+def _worker_numerics(env: dict[str, str]) -> dict[str, str | None]:
+    """What a recording's worker computes with: ``pin_numerics`` in a fresh process, then a child of it
+    (the workers are spawned) loads torch."""
+    import json
+    import subprocess
+
+    code = (
+        f"import subprocess, sys; sys.path.insert(0, {str(BENCH)!r}); import ew_record; ew_record.pin_numerics(); "
+        f"sys.stdout.write(subprocess.run([sys.executable, '-c', {_CHILD!r}], capture_output=True, text=True, "
+        "check=True).stdout)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120)
+    return dict(json.loads(out.stdout))
+
+
+@pytest.mark.skipif(
+    "avx2" not in (Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""),
+    reason="the pin is AVX2, for x86-64 CPUs that have it",
+)
+def test_a_recording_computes_with_avx2_whatever_the_cpu_has() -> None:
+    import os
+
+    clean = {k: v for k, v in os.environ.items() if k not in _PINNED}
+    got = _worker_numerics(clean)
+    assert got == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "cap": "AVX2"}
+    # a variable the user set is kept (and recorded: the run files say what was in force)
+    kept = _worker_numerics({**clean, "MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default"})
+    assert kept["MKL_CBWR"] == "COMPATIBLE" and kept["cap"] == "DEFAULT"
