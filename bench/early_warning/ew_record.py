@@ -23,13 +23,14 @@ seed 0) and prints the final losses (mean of the last 10% of per-step losses): h
 
     nice -n 5 .venv/bin/python bench/early_warning/ew_record.py --jobs 2 --out runs/bench/ewf
 
-The default sweep (6 families, 13 arms, 3 seeds: 219 runs of 200 steps) took 885 s with ``--jobs 2``
-on 2 shared cores (1470 s while other jobs loaded them); one run takes 5-8 s on an idle core. Runs
+The default sweep (6 families, 13 arms, 3 seeds: 219 runs of 200 steps) took 704-2,303 s with ``--jobs 2``
+on 2 shared cores, by the machine and its load; one run takes 5-8 s on an idle core. Runs
 are deterministic: a rerun reproduced every final loss bit for bit. Across machines they were not (two
 machine types gave 102 wrong / 68 healthy / 49 grey and 96 / 71 / 52 from the same bytes): PyTorch's
-kernels, MKL and oneDNN each pick the widest instructions the CPU has, and AVX-512 rounds differently
-from AVX2. ``pin_numerics`` fixes all three at AVX2 on x86-64 (``NUMERICS``, set for the workers
-before they load torch; a variable already set is kept) and every run file records what was in force
+kernels and oneDNN pick the widest instructions the CPU has (AVX-512 rounds otherwise than AVX2), and
+MKL without a reproducibility branch takes its own path per CPU vendor and model. ``pin_numerics`` fixes
+all three on x86-64 (``NUMERICS``: AVX2, and MKL's AVX2 branch in its strict mode, set for the workers
+before they load torch; a variable already set is kept), and every run file records what was in force
 (``numerics``), so a recording states the arithmetic it was made with.
     nice -n 5 .venv/bin/python bench/early_warning/ew_record.py --find-lr --jobs 2
 """
@@ -74,11 +75,13 @@ TAIL = 0.1  # final loss: mean of the last 10% of per-step losses
 
 _data: np.ndarray | None = None  # a worker's copy of the bytes
 
-NUMERICS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-"""The instruction set PyTorch's CPU kernels, MKL (its conditional numerical reproducibility branch) and
-oneDNN use in the workers, on x86-64: AVX2, which every x86-64 CPU of the last decade has; on a machine
-with AVX-512 the default differs, and so do the trained bits. On this project's AMD EPYC (AVX2, no
-AVX-512) the pinned and the default arithmetic gave the same losses bit for bit."""
+NUMERICS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+"""The arithmetic of the workers on x86-64: PyTorch's CPU kernels and oneDNN at AVX2, which every x86-64
+CPU of the last decade has, and MKL on its conditional numerical reproducibility branch for AVX2 in strict
+mode (the same bits on Intel and AMD processors that have AVX2, whatever the memory alignment). On this
+project's AMD EPYC (AVX2, no AVX-512) the pin left neox, llama, postln, sandwich and parallel bit for bit
+as they were and changed the MoE's losses in their 7th digit: MKL's default path on that CPU is not its
+AVX2 branch."""
 
 
 def pin_numerics() -> dict[str, str]:
@@ -93,7 +96,8 @@ def pin_numerics() -> dict[str, str]:
 
 def numerics() -> dict[str, str]:
     """What this process computes with: the variables of :data:`NUMERICS` set, and PyTorch's CPU capability."""
-    return {**{k: os.environ[k] for k in NUMERICS if k in os.environ}, "capability": torch.backends.cpu.get_cpu_capability()}
+    pinned = {k: os.environ[k] for k in NUMERICS if k in os.environ}
+    return {**pinned, "capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def encode(v: float) -> float | str:

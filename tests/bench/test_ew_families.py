@@ -212,7 +212,8 @@ def test_cli_refuses_unknown_names(flag: str, value: str, valid: str, capsys: py
 _PINNED = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
 _CHILD = (
     "import json, os, torch; "
-    f"print(json.dumps({{**{{k: os.environ.get(k) for k in {_PINNED!r}}}, 'cap': torch.backends.cpu.get_cpu_capability()}}))"
+    f"got = {{k: os.environ.get(k) for k in {_PINNED!r}}}; "
+    "print(json.dumps({**got, 'cap': torch.backends.cpu.get_cpu_capability()}))"
 )
 
 
