@@ -65,7 +65,7 @@ bench-arms: $(STAMP) sysdeps
 	  --peak attention_rms_max --peak attention_z_max --peak mlp_rms_max --peak router_z_max
 
 # The family benchmark (issue 33): six hand-written model families x 12 arms x 3 seeds recorded into a real
-# service (bench/early_warning/ew_record.py, about 15 minutes with two workers on 2 cores), then the alert rules replayed on
+# service (bench/early_warning/ew_record.py, 12-40 minutes with two workers on 2 cores), then the alert rules replayed on
 # the recording and scored leave-one-family-out, both sources: a group learning from its healthy siblings (the
 # service's default), then every run a group's first (--no-learn). The search starts from EW_BASE (the
 # defaults before this benchmark chose any: growth factor 4), so no left-out family shaped its own thresholds.
