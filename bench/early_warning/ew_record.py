@@ -78,10 +78,11 @@ _data: np.ndarray | None = None  # a worker's copy of the bytes
 NUMERICS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 """The arithmetic of the workers on x86-64: PyTorch's CPU kernels and oneDNN at AVX2, which every x86-64
 CPU of the last decade has, and MKL on its conditional numerical reproducibility branch for AVX2 in strict
-mode (the same bits on Intel and AMD processors that have AVX2, whatever the memory alignment). On this
-project's AMD EPYC (AVX2, no AVX-512) the pin left neox, llama, postln, sandwich and parallel bit for bit
-as they were and changed the MoE's losses in their 7th digit: MKL's default path on that CPU is not its
-AVX2 branch."""
+mode (as Intel documents it: the same bits on Intel and compatible processors with AVX2, whatever the
+memory alignment; checked here on one machine type only). On this
+project's AMD EPYC (AVX2, no AVX-512) the pin left every neox, llama, postln, sandwich and parallel run
+bit for bit as it was and moved 34 of the 39 MoE runs' losses in their 7th digit: MKL's default path on
+that CPU is not its AVX2 branch."""
 
 
 def pin_numerics() -> dict[str, str]:
