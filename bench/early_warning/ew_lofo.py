@@ -243,7 +243,7 @@ def reproduce(runs: Sequence[Run], ev: Evaluator) -> dict[str, Any]:
     """Per run, does the replay at the recording's thresholds give the alerts its service stored?"""
     differ, used = [], {}
     for r in runs:
-        over, only_service, only_replay = compare_recorded(ev.trace(r), r.scrapes, r.service_alerts)
+        over, only_service, only_replay = compare_recorded(ev.trace(r), r.scrapes, r.service_alerts, r.logged_steps)
         used.update(over)
         if only_service or only_replay:
             differ.append(

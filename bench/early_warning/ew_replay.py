@@ -427,17 +427,48 @@ def prom_warnings(
     return out, sorted(missing)
 
 
+def _not_default(recorded: dict[str, float]) -> dict[str, float]:
+    return {
+        k: v
+        for k, v in recorded.items()
+        if k in DEFAULT_THRESHOLDS and not math.isclose(v, DEFAULT_THRESHOLDS[k], rel_tol=1e-9)
+    }
+
+
+def threshold_spans(
+    scrapes: dict[str, list[float | None]], logged_steps: Sequence[int]
+) -> list[tuple[int, dict[str, float]]]:
+    """(first logged step, thresholds where not the defaults) of each stretch of scrapes (one per logged step)
+    over which the service exported one threshold set: more than one where the group learned mid-run (a
+    sibling finished while the run trained). Each scrape reads the latest value of each gauge so far (before
+    a gauge's first value, that value)."""
+    n = min(len(logged_steps), max((len(v) for v in scrapes.values()), default=0))
+    spans: list[tuple[int, dict[str, float]]] = []
+    for i in range(n):
+        at_i = {k: [*v[i::-1], *v[i + 1 :]] for k, v in scrapes.items()}  # the latest at or before i first
+        over = _not_default(recorded_thresholds(at_i))
+        if not spans or spans[-1][1] != over:
+            spans.append((logged_steps[i], over))
+    return spans or [(0, _not_default(recorded_thresholds(scrapes)))]
+
+
 def compare_recorded(
-    trace: RunTrace, scrapes: dict[str, list[float | None]], service_alerts: Sequence[dict[str, Any]]
+    trace: RunTrace,
+    scrapes: dict[str, list[float | None]],
+    service_alerts: Sequence[dict[str, Any]],
+    logged_steps: Sequence[int] = (),
 ) -> tuple[dict[str, float], set[tuple[Any, ...]], set[tuple[Any, ...]]]:
     """The replay at the thresholds the recording's service exported (its gauges) against the alerts it
     stored, as (rule, step, name, layer): (those thresholds where not the defaults, only the service's,
-    only the replay's). ``forecast_band`` (a group's size forecast) is not replayed."""
-    over = {
-        k: v
-        for k, v in recorded_thresholds(scrapes).items()
-        if k in DEFAULT_THRESHOLDS and not math.isclose(v, DEFAULT_THRESHOLDS[k], rel_tol=1e-9)
-    }
-    got = {(a[0], a[2], a[3], a[4]) for a in trace.alerts(over)}
+    only the replay's). With the run's ``logged_steps`` (one scrape each), a run whose group learned while
+    it trained is replayed at each stretch's thresholds for the steps of that stretch
+    (:func:`threshold_spans`; the first stretch's are returned). ``forecast_band`` (a group's size forecast)
+    is not replayed."""
+    first = [(0, _not_default(recorded_thresholds(scrapes)))]
+    spans = threshold_spans(scrapes, logged_steps) if logged_steps else first
+    got: set[tuple[Any, ...]] = set()
+    for k, (start, over) in enumerate(spans):
+        end = spans[k + 1][0] if k + 1 < len(spans) else math.inf
+        got |= {(a[0], a[2], a[3], a[4]) for a in trace.alerts(over) if (k == 0 or a[2] >= start) and a[2] < end}
     want = {(a["rule"], int(a["step"]), a["name"], a["layer"]) for a in service_alerts if a["rule"] != "forecast_band"}
-    return over, want - got, got - want
+    return spans[0][1], want - got, got - want

@@ -24,6 +24,7 @@ from ew_replay import (  # noqa: E402
     compare_recorded,
     decode_value,
     replay,
+    threshold_spans,
     to_columns,
 )
 
@@ -273,3 +274,20 @@ def test_compare_recorded_names_what_differs() -> None:
     assert compare_recorded(trace, SCRAPES, stored) == ({**F4, "growth_recent": 0.0}, set(), set())
     over, only_service, only_replay = compare_recorded(trace, {}, [*stored, {**stored[0], "step": 44}])
     assert (over, only_replay) == ({}, set()) and only_service == {("logit_ceiling", 44, "attention_lse_max", 0)}
+
+
+def test_a_group_that_learned_mid_run_is_compared_stretch_by_stretch() -> None:
+    """A sibling finished while the run trained: its logit ceiling went from 50 to a learned 80 at logged step 20,
+    so the service stored no alert for the LSE of 60 at step 40. Replayed at the first thresholds alone, the
+    replay would raise one; stretch by stretch it raises what the service did."""
+    steps = list(range(0, 200, 4))
+    lab = '{project="default",run="r"}'
+    scrapes: dict[str, list[float | None]] = {
+        f"hyperwatch_run_logit_ceiling{lab}": [None, *[50.0] * 4, *[80.0] * 45],
+        f"hyperwatch_run_growth_log_factor{lab}": [None, *[math.log(8.0)] * 49],
+        f"hyperwatch_run_growth_recent{lab}": [None, *[1.0] * 49],
+    }
+    assert threshold_spans(scrapes, steps) == [(0, {}), (20, {"attention_lse_max_limit": 80.0})]
+    trace = RunTrace(cols_of(PRE_FAULT))
+    assert compare_recorded(trace, scrapes, [], steps) == ({}, set(), set())
+    assert compare_recorded(trace, scrapes, []) == ({}, set(), {("logit_ceiling", 40, "attention_lse_max", 0)})
