@@ -92,13 +92,17 @@ def pin_numerics() -> dict[str, str]:
     if platform.machine().lower() in ("x86_64", "amd64"):
         for key, value in NUMERICS.items():
             os.environ.setdefault(key, value)
+    return pinned()
+
+
+def pinned() -> dict[str, str]:
+    """The variables of :data:`NUMERICS` set in this process's environment (pinned, or the user's)."""
     return {k: os.environ[k] for k in NUMERICS if k in os.environ}
 
 
 def numerics() -> dict[str, str]:
     """What this process computes with: the variables of :data:`NUMERICS` set, and PyTorch's CPU capability."""
-    pinned = {k: os.environ[k] for k in NUMERICS if k in os.environ}
-    return {**pinned, "capability": torch.backends.cpu.get_cpu_capability()}
+    return {**pinned(), "capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def encode(v: float) -> float | str:
@@ -325,7 +329,7 @@ def record(args: argparse.Namespace) -> int:
         "final_losses": {s["name"]: encode(s["final"]) for s in summaries},
         "seconds": elapsed,
         "workdir": str(work),
-        "numerics": pin_numerics(),
+        "numerics": pinned(),  # main pinned them before the workers started
     }
     (args.out / "manifest.json").write_text(json.dumps(manifest, indent=1, allow_nan=False))
     print(f"ew_record: {len(specs)} runs in {elapsed:.0f} s -> {args.out}")
