@@ -1,8 +1,10 @@
 """Storage of compressed segments against Prometheus' TSDB on the same samples, in one run (issue 36).
 
 1. **Bytes per point**: issue 36's workload (``bench/storage_codecs.synthetic``: 8 indicators x 64
-   layers x 2,000 steps, half float32-valued) and the real-hooks fixture
-   (``tests/monitor/alerting/data/ewf_series``: 13 runs) posted through ``hyperwatch serve`` one step
+   layers x 2,000 steps, half float32-valued), the real-hooks fixture
+   (``tests/monitor/alerting/data/ewf_series``: 13 runs of 50 logged steps, what short series cost) and
+   one long real-hooks run (``bench/storage_hooks.py``: a 2,000-step run logged every step, 36 series
+   as long as the run) posted through ``hyperwatch serve`` one step
    per request (binary columns body), then the run marked finished; SQLite's file after a checkpoint
    less its free pages (what packing freed, reused by the next writes) and PostgreSQL's user tables
    after VACUUM ANALYZE, each minus the empty schema, beside promtool's
@@ -41,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import ingest
 from bench.storage_codecs import fixture, synthetic, tsdb
+from bench.storage_hooks import long_run
 from hyperwatch.monitor.store import SqlStore, chunks
 from hyperwatch.monitor.store.rollups import seal_rollups
 
@@ -247,7 +250,9 @@ def read_ms(pg: bool, n: int, repeats: int, work: Path) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="2 x 4 x 1,100 steps, 3 fixture runs, a 10^5 read")
+    ap.add_argument(
+        "--quick", action="store_true", help="2 x 4 x 1,100 steps, 3 fixture runs, a 300-step hooks run, a 10^5 read"
+    )
     ap.add_argument("--no-pg", action="store_true", help="SQLite only")
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument(
@@ -265,7 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     hooks = fixture(FIXTURE)
     if args.quick:  # three of the 13 recorded runs
         hooks = [s for s in hooks if s["labels"]["run"] in sorted({h["labels"]["run"] for h in hooks})[:3]]
-    sets = {"workload": synthetic(36, ind, layers, steps, 1, 0.02, 0.02), "fixture": hooks}
+    sets = {
+        "workload": synthetic(36, ind, layers, steps, 1, 0.02, 0.02),
+        "fixture": hooks,
+        "hooks-long": long_run(300 if args.quick else 2000),
+    }
     dbs = [False] + ([] if args.no_pg else [True])
     out, speeds, reads = [], {}, {}
     with tempfile.TemporaryDirectory() as tmp:

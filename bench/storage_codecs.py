@@ -74,12 +74,20 @@ def synthetic(seed: int, n_ind: int, n_layers: int, n_steps: int, every: int, th
 
 
 def fixture(folder: Path) -> list[dict]:
-    """Series the hooks sent in recorded runs (ew_record.py): [name, layer, step, value] rows."""
-    conv = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-    series: dict[tuple, dict] = {}
+    """Series the hooks sent in the runs recorded in ``folder`` (ew_record.py, ``<run>.json.gz``)."""
+    runs = []
     for path in sorted(folder.glob("*.json.gz")):
         with gzip.open(path) as f:
-            run = json.loads(f.read())
+            runs.append(json.loads(f.read()))
+    return hooks_series(runs)
+
+
+def hooks_series(runs: list[dict]) -> list[dict]:
+    """Series the hooks sent in runs as ew_record.py records them (``name``, ``batches`` of [name, layer,
+    step, value] rows; non-finite values as "NaN", "Infinity", "-Infinity")."""
+    conv = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+    series: dict[tuple, dict] = {}
+    for run in runs:
         for batch in run["batches"]:
             for name, layer, step, value in batch:
                 key = (run["name"], name, layer)

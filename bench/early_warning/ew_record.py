@@ -129,17 +129,23 @@ def _grad_norm(params: list[torch.nn.Parameter], clip: float | None) -> torch.Te
 
 
 def train(
-    spec: Spec, data: np.ndarray, url: str | None = None, every: int = 4, spool: Path | None = None
+    spec: Spec,
+    data: np.ndarray,
+    url: str | None = None,
+    every: int = 4,
+    spool: Path | None = None,
+    hooked: bool = False,
 ) -> dict[str, Any]:
-    """One run; with ``url`` through the hooks into the service (and recorded), else loss only."""
+    """One run; with ``url`` through the hooks into the service (and recorded), with ``hooked`` alone
+    through the hooks into memory only (recorded, no scrapes), else loss only."""
     model = build(spec.family, spec.seed, getattr(torch, spec.dtype))
     params = list(model.parameters())
     opts = optimizers(model, spec)
     mem = MemorySink()
     mon = None
-    if url is not None:
+    if url is not None or hooked:
         mon = hooks.attach(
-            model, run=spec.name, sink=[url, mem], every=every, config=spec.as_dict(),
+            model, run=spec.name, sink=[url, mem] if url else mem, every=every, config=spec.as_dict(),
             group=f"ewf-{spec.family}", depth=FAMILIES[spec.family].depth, width=WIDTH, spool=spool,
         )  # fmt: skip
     xs = batches(data, spec.data_seed, spec.steps, BATCH, SEQ)  # the same for every init seed
@@ -163,8 +169,8 @@ def train(
         trained.append(ce.item())
         if mon is not None and logged_step:
             mon.flush(60)
-            assert url is not None
-            scrapes.append(scrape(url, PROJECT, spec.name))
+            if url is not None:
+                scrapes.append(scrape(url, PROJECT, spec.name))
             logged.append(step)
         if not math.isfinite(trained[-1]) and nonfinite_at is None:
             nonfinite_at = step
