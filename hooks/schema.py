@@ -3,7 +3,7 @@
 A batch is the unit everywhere: what the HTTP sink posts, what the JSONL sink writes one per
 line, what the spool keeps and what ``hyperwatch upload`` replays::
 
-    {"batch_id": "<uuid4 hex>", "run": "<run name>",
+    {"batch_id": "<UUIDv7 hex>", "run": "<run name>",
      "points": [{"name": "attention_z", "layer": 3, "step": 120, "tokens": 983040, "value": 214.7},
                 {"name": "loss", "layer": null, "step": 120, "tokens": 983040, "value": "NaN"}]}
 
@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import math
 import re
-import uuid
+import secrets
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -222,8 +224,29 @@ def validate_run_name(run: Any, field: str = "run") -> str:
     return run
 
 
+_last_id = [0, 0]  # (Unix ms, counter) of the last id this process made
+_id_lock = threading.Lock()
+
+
 def new_batch_id() -> str:
-    return uuid.uuid4().hex
+    """A UUIDv7 (RFC 9562) as 32 hex digits: 48 bits of Unix milliseconds, then a 12-bit counter that
+    starts at random each millisecond and counts the ids this process makes within it, then 62 random
+    bits. Unique as a uuid4 is for what it is used for (a batch's id within its run), and ordered by time, so
+    the service's index of batch ids (``ingested_batches``, keyed by run and id) is appended to at its end
+    instead of at random places: its pages fill instead of staying part empty after splits."""
+    now = time.time_ns() // 1_000_000
+    with _id_lock:
+        last, count = _last_id
+        if now <= last:  # the same millisecond (or the clock stepped back): count on from the last id
+            now, count = last, count + 1
+            if count > 0xFFF:
+                now, count = last + 1, secrets.randbits(11)
+        else:
+            count = secrets.randbits(11)  # room left to count within the millisecond
+        _last_id[:] = [now, count]
+    rand = secrets.randbits(62)
+    value = (now & (1 << 48) - 1) << 80 | 0x7 << 76 | count << 64 | 0b10 << 62 | rand
+    return f"{value:032x}"
 
 
 @dataclass

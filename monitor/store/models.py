@@ -371,7 +371,8 @@ class PointBatchRow(Base):
 class IngestedBatchRow(Base):
     __tablename__ = "ingested_batches"
     # per run since revision 0007; since 0017 the id is ``points.batch_key`` (17 bytes for the hooks'
-    # uuid4 hex ids, not 32 characters), the time Unix milliseconds, and SQLite's table is clustered
+    # 32-hex ids, not 32 characters; UUIDv7 since 2026-12-01, so a run's keys arrive in order and the
+    # index fills its pages), the time Unix milliseconds, and SQLite's table is clustered
     # on the key (no rowid, no second copy of the key in an automatic index): ~36 bytes a batch, not ~124
     __table_args__ = (PrimaryKeyConstraint("run_id", "batch_id"), {"sqlite_with_rowid": False})
     batch_id: Mapped[bytes] = mapped_column(LargeBinary(65))

@@ -32,6 +32,26 @@ def test_keys_are_short_distinct_and_give_the_id_back() -> None:
     assert batch_key("0" * 16) == b"0" * 16  # text ids never start with a 0 byte
 
 
+def test_the_hooks_ids_are_uuid7_in_time_order_and_take_the_compact_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hooks' batch ids (``hooks.schema.new_batch_id``): RFC 9562 version 7, so the ids of a run arrive
+    in key order and the batch-id index is appended to at its end; 17-byte keys as a uuid4's were."""
+    from hyperwatch.hooks import schema
+
+    ids = [schema.new_batch_id() for _ in range(10_000)]  # many within one millisecond: the counter orders them
+    assert len(set(ids)) == len(ids) and ids == sorted(ids)
+    parsed = uuid.UUID(ids[0])
+    assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
+    assert all(len(batch_key(i)) == 17 and batch_id_of(batch_key(i)) == i for i in ids[:100])
+    ms = int(ids[-1][:12], 16)
+    assert abs(ms - datetime.now(UTC).timestamp() * 1000) < 60_000  # the first 48 bits: Unix milliseconds
+    # a clock that steps back keeps the order (counts on from the last id), and a counter that runs out
+    # moves to the next millisecond
+    monkeypatch.setattr(schema.time, "time_ns", lambda: 1_000 * 1_000_000)
+    schema._last_id[:] = [5_000, 0xFFE]
+    a, b = schema.new_batch_id(), schema.new_batch_id()
+    assert [int(x[:12], 16) for x in (a, b)] == [5_000, 5_001] and a < b
+
+
 def _seed(store: SqlStore) -> None:
     migrate.upgrade(store.engine, BEFORE)
     stamp: Any = AT if store.engine.dialect.name == "postgresql" else AT.replace(tzinfo=None).isoformat(" ")
