@@ -18,6 +18,7 @@ This module depends on the standard library only: it is imported by training pro
 from __future__ import annotations
 
 import math
+import os
 import re
 import secrets
 import threading
@@ -226,6 +227,16 @@ def validate_run_name(run: Any, field: str = "run") -> str:
 
 _last_id = [0, 0]  # (Unix ms, counter) of the last id this process made
 _id_lock = threading.Lock()
+
+
+def _ids_after_fork() -> None:
+    """A forked child (a data loader's worker, say) gets a lock of its own: the parent's may have been held."""
+    global _id_lock
+    _id_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_ids_after_fork)
 
 
 def new_batch_id() -> str:

@@ -4,7 +4,10 @@ and a writer arriving while it holds the table, on both databases."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +53,24 @@ def test_the_hooks_ids_are_uuid7_in_time_order_and_take_the_compact_key(monkeypa
     schema._last_id[:] = [5_000, 0xFFE]
     a, b = schema.new_batch_id(), schema.new_batch_id()
     assert [int(x[:12], 16) for x in (a, b)] == [5_000, 5_001] and a < b
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_child_forked_while_the_ids_lock_is_held_still_makes_ids() -> None:
+    from hyperwatch.hooks import schema
+
+    with schema._id_lock:  # another thread of the training process is making an id at the fork
+        pid = os.fork()
+        if pid == 0:
+            schema.new_batch_id()
+            os._exit(0)
+        deadline = time.monotonic() + 20
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if done[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0, "the child hung on the parent's lock"
 
 
 def _seed(store: SqlStore) -> None:
