@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
-from ew_gauges import recorded_thresholds, with_step_statistics, with_thresholds
+from ew_gauges import recorded_thresholds, threshold_gauges, with_step_statistics, with_thresholds
 from ew_score import EFFICIENCY_RULES
 
 from hyperwatch.hooks.columns import PointColumns
@@ -441,7 +441,9 @@ def threshold_spans(
     """(first logged step, thresholds where not the defaults) of each stretch of scrapes (one per logged step)
     over which the service exported one threshold set: more than one where the group learned mid-run (a
     sibling finished while the run trained). Each scrape reads the latest value of each gauge so far (before
-    a gauge's first value, that value)."""
+    a gauge's first value, that value). Without ``logged_steps``, one stretch: the first value of each."""
+    names = {gauge for gauge, _as_log in threshold_gauges().values()}
+    scrapes = {k: v for k, v in scrapes.items() if k.split("{", 1)[0] in names}  # all recorded_thresholds reads
     n = min(len(logged_steps), max((len(v) for v in scrapes.values()), default=0))
     spans: list[tuple[int, dict[str, float]]] = []
     for i in range(n):
@@ -464,8 +466,7 @@ def compare_recorded(
     it trained is replayed at each stretch's thresholds for the steps of that stretch
     (:func:`threshold_spans`; the first stretch's are returned). ``forecast_band`` (a group's size forecast)
     is not replayed."""
-    first = [(0, _not_default(recorded_thresholds(scrapes)))]
-    spans = threshold_spans(scrapes, logged_steps) if logged_steps else first
+    spans = threshold_spans(scrapes, logged_steps)
     got: set[tuple[Any, ...]] = set()
     for k, (start, over) in enumerate(spans):
         end = spans[k + 1][0] if k + 1 < len(spans) else math.inf

@@ -50,7 +50,7 @@ def test_the_hooks_ids_are_uuid7_in_time_order_and_take_the_compact_key(monkeypa
     # a clock that steps back keeps the order (counts on from the last id), and a counter that runs out
     # moves to the next millisecond
     monkeypatch.setattr(schema.time, "time_ns", lambda: 1_000 * 1_000_000)
-    schema._last_id[:] = [5_000, 0xFFE]
+    monkeypatch.setattr(schema, "_last_id", [5_000, 0xFFE])  # restored after the test, as the clock is
     a, b = schema.new_batch_id(), schema.new_batch_id()
     assert [int(x[:12], 16) for x in (a, b)] == [5_000, 5_001] and a < b
 
