@@ -103,9 +103,9 @@ def encode(part: list[Row], run: str) -> tuple[bytes, str]:
 
         cols = PointColumns.build([r[0] for r in part], [r[2] for r in part], [r[3] for r in part],
                                   [r[1] for r in part], [r[2] * 4096 for r in part])  # fmt: skip
-        return encode_body(new_batch_id(), run, cols), COLUMNS_MEDIA_TYPE
+        return encode_body(new_batch_id(run), run, cols), COLUMNS_MEDIA_TYPE
     pts = [{"name": n, "layer": la, "step": s, "tokens": s * 4096, "value": v} for n, la, s, v in part]
-    return json.dumps({"batch_id": new_batch_id(), "run": run, "points": pts}).encode(), "application/json"
+    return json.dumps({"batch_id": new_batch_id(run), "run": run, "points": pts}).encode(), "application/json"
 
 
 def http_rate(base: str, data: list[Row], batch: int, run: str) -> float:

@@ -2,9 +2,10 @@
 trees side by side.
 
 Posts ``--batches`` one-step batches of 512 points (8 names x 64 layers, linear tokens, a few NaN)
-through ``SqlStore.ingest`` into a fresh database (SQLite file or PostgreSQL database), and prints,
-per database and tree, the mean milliseconds per batch, and the mean of a plain batch, of one that
-seals its 16-step chunks (every 16th step) and of one that packs a segment range (every 256th).
+through ``SqlStore.ingest``, each with the batch id the tree's hooks make, into a fresh database
+(SQLite file or PostgreSQL database), and prints, per database and tree, the mean milliseconds per
+batch, and the mean of a plain batch, of one that seals its 16-step chunks (every 16th step) and of
+one that packs a segment range (every 256th).
 ``--against DIR``: also a second checkout (e.g. ``git worktree add /tmp/before <rev>``), each tree
 in a process of its own, alternately (A B B A ...), so a noisy machine slows both alike; the last
 column is this tree's mean over the other's.
@@ -22,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,6 +35,7 @@ def measure(db: str, batches: int) -> dict[str, float]:
 
     import bench.ingest as bi
     from hyperwatch.hooks.columns import PointColumns
+    from hyperwatch.hooks.schema import Batch
     from hyperwatch.monitor.store import SqlStore
 
     def run(url: str) -> list[float]:
@@ -50,8 +51,9 @@ def measure(db: str, batches: int) -> dict[str, float]:
                 values = rng.normal(size=512)
                 values[rng.integers(0, 512, 3)] = np.nan
                 cols = PointColumns.build(names, [i] * 512, values.tolist(), layers, [i * 1024] * 512)
+                batch_id = Batch("store-ingest", []).batch_id  # what this tree's hooks send
                 t0 = time.perf_counter()
-                store.ingest(run_.id, uuid.uuid4().hex, cols)
+                store.ingest(run_.id, batch_id, cols)
                 times.append((time.perf_counter() - t0) * 1000)
             return times
         finally:

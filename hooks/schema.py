@@ -3,7 +3,7 @@
 A batch is the unit everywhere: what the HTTP sink posts, what the JSONL sink writes one per
 line, what the spool keeps and what ``hyperwatch upload`` replays::
 
-    {"batch_id": "<UUIDv7 hex>", "run": "<run name>",
+    {"batch_id": "<session hex>-<n>", "run": "<run name>",
      "points": [{"name": "attention_z", "layer": 3, "step": 120, "tokens": 983040, "value": 214.7},
                 {"name": "loss", "layer": null, "step": 120, "tokens": 983040, "value": "NaN"}]}
 
@@ -22,8 +22,7 @@ import os
 import re
 import secrets
 import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 SCHEMA_VERSION = 1
@@ -225,39 +224,52 @@ def validate_run_name(run: Any, field: str = "run") -> str:
     return run
 
 
-_last_id = [0, 0]  # (Unix ms, counter) of the last id this process made
+SEQUENCE_ID = re.compile(r"([0-9a-f]{32})-([0-9a-f]{1,12})(?:-([0-9a-f]{1,12}))?")
+"""A sequence batch id: a writer session (32 hex digits) and the batch's number in the session's
+sequence for its run, or a range of numbers (``<session>-<first>-<last>``: batches merged into one
+request). The service keeps a session's claimed numbers as ranges, one row for a run's whole session
+(``batch_ranges``), where any other id costs a row per request."""
+
+_session = secrets.token_hex(16)  # this process's writer session
+_next_seq: dict[str, int] = {}  # per run name: the number of its next batch
 _id_lock = threading.Lock()
 
 
 def _ids_after_fork() -> None:
-    """A forked child (a data loader's worker, say) gets a lock of its own: the parent's may have been held."""
-    global _id_lock
-    _id_lock = threading.Lock()
+    """A forked child (a data loader's worker, say) is a session of its own, with a lock of its own (the
+    parent's may have been held): the parent's numbers go on in the parent."""
+    global _id_lock, _session, _next_seq
+    _id_lock, _session, _next_seq = threading.Lock(), secrets.token_hex(16), {}
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_ids_after_fork)
 
 
-def new_batch_id() -> str:
-    """A UUIDv7 (RFC 9562) as 32 hex digits: 48 bits of Unix milliseconds, then a 12-bit counter that
-    starts at random each millisecond and counts the ids this process makes within it, then 62 random
-    bits. Unique as a uuid4 is for what it is used for (a batch's id within its run), and ordered by time, so
-    the service's index of batch ids (``ingested_batches``, keyed by run and id) is appended to at its end
-    instead of at random places: its pages fill instead of staying part empty after splits."""
-    now = time.time_ns() // 1_000_000
+def new_batch_id(run: str = "") -> str:
+    """The next batch id of ``run`` in this process: ``<session>-<n>`` (:data:`SEQUENCE_ID`), ``n`` counting
+    the run's batches from 0 in hex. Unique as long as the session is (128 random bits a process), and
+    consecutive, so the service stores a run's ids as one range instead of a row per request."""
     with _id_lock:
-        last, count = _last_id
-        if now <= last:  # the same millisecond (or the clock stepped back): count on from the last id
-            now, count = last, count + 1
-            if count > 0xFFF:
-                now, count = last + 1, secrets.randbits(11)
-        else:
-            count = secrets.randbits(11)  # room left to count within the millisecond
-        _last_id[:] = [now, count]
-    rand = secrets.randbits(62)
-    value = (now & (1 << 48) - 1) << 80 | 0x7 << 76 | count << 64 | 0b10 << 62 | rand
-    return f"{value:032x}"
+        seq = _next_seq.get(run, 0)
+        _next_seq[run] = seq + 1
+        session = _session
+    return f"{session}-{seq:x}"
+
+
+def sequence_range(batch_id: str) -> tuple[str, int, int] | None:
+    """(session, first, last) of a sequence batch id; None for any other id."""
+    found = SEQUENCE_ID.fullmatch(batch_id)
+    if found is None:
+        return None
+    first = int(found[2], 16)
+    last = first if found[3] is None else int(found[3], 16)
+    return (found[1], first, last) if last >= first else None
+
+
+def range_batch_id(session: str, first: int, last: int) -> str:
+    """The sequence id of batches ``first..last`` of a session merged into one request."""
+    return f"{session}-{first:x}" if first == last else f"{session}-{first:x}-{last:x}"
 
 
 @dataclass
@@ -266,7 +278,11 @@ class Batch:
 
     run: str
     points: list[Point]
-    batch_id: str = field(default_factory=new_batch_id)
+    batch_id: str = ""  # "": the run's next sequence id in this process (new_batch_id)
+
+    def __post_init__(self) -> None:
+        if not self.batch_id:
+            self.batch_id = new_batch_id(self.run)
 
     def to_json(self) -> dict[str, Any]:
         return {"batch_id": self.batch_id, "run": self.run, "points": [p.to_json() for p in self.points]}

@@ -25,6 +25,7 @@ file, never half of one. A JSONL line cut by a crash is skipped with a warning w
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hyperwatch.hooks.schema import Batch, Point, SchemaError, validate_run_name
+from hyperwatch.hooks.schema import Batch, Point, SchemaError, range_batch_id, sequence_range, validate_run_name
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +104,19 @@ def merge(batches: list[Batch]) -> Batch:
     runs = {b.run for b in batches}
     if len(runs) != 1:
         raise ValueError(f"merge: batches of several runs {sorted(runs)}; merge one run at a time")
-    digest = hashlib.sha256("+".join(b.batch_id for b in batches).encode()).hexdigest()[:32]
     points: list[Point] = [p for b in batches for p in b.points]
-    return Batch(run=batches[0].run, points=points, batch_id=f"m{digest}")
+    return Batch(run=batches[0].run, points=points, batch_id=merged_id([b.batch_id for b in batches]))
+
+
+def merged_id(batch_ids: list[str]) -> str:
+    """The idempotency key of batches merged into one request: the range's sequence id when they are
+    consecutive batches of one session (the service keeps it as part of the session's one range), else
+    ``m`` and a digest of their ids."""
+    ranges = sorted(r for r in map(sequence_range, batch_ids) if r is not None)
+    one_session = len(ranges) == len(batch_ids) and len({r[0] for r in ranges}) == 1
+    if one_session and all(after[1] == before[2] + 1 for before, after in itertools.pairwise(ranges)):
+        return range_batch_id(ranges[0][0], ranges[0][1], ranges[-1][2])
+    return "m" + hashlib.sha256("+".join(batch_ids).encode()).hexdigest()[:32]
 
 
 def widen_steps(steps: tuple[int, int] | None, batch: Batch) -> tuple[int, int] | None:

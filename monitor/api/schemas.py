@@ -150,13 +150,19 @@ class PointIn(Strict):
 class BatchIn(Strict):
     """One hooks.schema Batch. ``run`` is a run name in the project given by ``?project=`` (default)."""
 
-    batch_id: str = Field(pattern=r"^[A-Za-z0-9_-]{8,64}$", description="idempotency key of the send")
+    batch_id: str = Field(
+        pattern=r"^[A-Za-z0-9_-]{8,64}$",
+        description="idempotency key of the send; the hooks send <session: 32 hex>-<n> (or -<first>-<last> for "
+        "merged batches), numbers the service keeps as ranges",
+    )
     run: RunName
     points: list[PointIn] = Field(max_length=MAX_POINTS_PER_BATCH)
 
 
 class IngestOut(BaseModel):
-    accepted: int = Field(description="points in the batch (of the first send, when duplicate)")
+    accepted: int = Field(
+        description="points in the batch (when duplicate: of the first send; this send's for a hooks sequence id)"
+    )
     duplicate: bool = Field(description="true when this batch_id was already stored (nothing written)")
     run_id: int
     alerts: int = Field(default=0, description="new alert events the batch raised")

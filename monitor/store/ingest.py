@@ -8,8 +8,10 @@ The statements, in order:
    (migration 0006), returning the old; it also returns the run's group threshold settings for the
    detectors (overrides, learning setting and what was learned: ``entities.GroupThresholds``).
 2. The batch id (:func:`points.claim_batch`; on PostgreSQL part of statement 1, a ``WITH`` that
-   reads the locked row); a duplicate rolls the whole transaction back, so a re-sent batch changes
-   nothing, not even the run's progress.
+   reads the locked row; the hooks' sequence ids, :func:`claims.claim_range`, in a statement after
+   it on both databases: a claim that joins ranges must read what the writer before committed); a
+   duplicate rolls the whole transaction back, so a re-sent batch changes nothing, not even the run's
+   progress.
 3. The points and everything they imply (:func:`points.write_points`), then the detectors' alerts.
 
 Why the run's row is the lock: every writer of a run takes it first, so the writers of one run run
@@ -43,8 +45,10 @@ from sqlalchemy import BigInteger, Integer, LargeBinary, bindparam, case, func, 
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
+from hyperwatch.hooks.schema import sequence_range
 from hyperwatch.monitor.core.errors import NotFoundError, StoreBusyError
 from hyperwatch.monitor.store import repair
+from hyperwatch.monitor.store.claims import claim_range
 from hyperwatch.monitor.store.entities import ACTIVE_STATUS, GroupThresholds
 from hyperwatch.monitor.store.held import HeldPoints
 from hyperwatch.monitor.store.models import GroupRow, IngestedBatchRow, ProjectRow, RunRow
@@ -262,7 +266,8 @@ def lock_run(
     if max_step is not None:
         params.update(b_token=token, b_max_step=max_step, b_now=now_utc())
     key = (isinstance(run, tuple), max_step is not None)
-    together = conn.dialect.name == "postgresql"
+    sequence = sequence_range(batch_id)  # claimed as ranges, after the lock (claims.py)
+    together = conn.dialect.name == "postgresql" and sequence is None
     if together:
         params.update(b_key=batch_key(batch_id), b_n=n_points, b_ms=received_ms())
     row = conn.execute((_LOCK_CLAIM if together else _LOCK)[key], params).first()
@@ -275,7 +280,9 @@ def lock_run(
             )
         raise NotFoundError(f"run id {run} not found; list runs with GET /api/v1/runs")
     run_id, prior, group_id, thresholds, learn, learned, status = row[:7]
-    if not together:
+    if sequence is not None:
+        seen = claim_range(conn, run_id, *sequence, n_points)
+    elif not together:
         seen = claim_batch(conn, run_id, batch_id, n_points)
     elif not row[7]:
         seen = batch_seen(conn, run_id, batch_id)

@@ -370,15 +370,30 @@ class PointBatchRow(Base):
 
 class IngestedBatchRow(Base):
     __tablename__ = "ingested_batches"
-    # per run since revision 0007; since 0017 the id is ``points.batch_key`` (17 bytes for the hooks'
-    # 32-hex ids, not 32 characters; UUIDv7 since 2026-12-01, so a run's keys arrive in order and the
-    # index fills its pages), the time Unix milliseconds, and SQLite's table is clustered
-    # on the key (no rowid, no second copy of the key in an automatic index): ~36 bytes a batch, not ~124
+    # per run since revision 0007; since 0017 the id is ``points.batch_key`` (17 bytes for a 32-hex id,
+    # not 32 characters), the time Unix milliseconds, and SQLite's table is clustered on the key (no
+    # rowid, no second copy of the key in an automatic index): ~36 bytes a batch, not ~124. Since 0019
+    # the hooks' sequence ids are claimed in ``batch_ranges`` instead, and a guard refuses them here
     __table_args__ = (PrimaryKeyConstraint("run_id", "batch_id"), {"sqlite_with_rowid": False})
     batch_id: Mapped[bytes] = mapped_column(LargeBinary(65))
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     n_points: Mapped[int] = mapped_column(Integer)
     received_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class BatchRangeRow(Base):
+    """The sequence batch ids a run has stored (revision 0019; ``monitor.store.claims``): per writer
+    session, ranges of the numbers claimed, disjoint and never adjacent, so a session that sends its
+    batches in order is one row however many requests it makes."""
+
+    __tablename__ = "batch_ranges"
+    __table_args__ = (PrimaryKeyConstraint("run_id", "session", "lo"), {"sqlite_with_rowid": False})
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    session: Mapped[bytes] = mapped_column(LargeBinary(16))
+    lo: Mapped[int] = mapped_column(BigInteger)
+    hi: Mapped[int] = mapped_column(BigInteger)
+    n_points: Mapped[int] = mapped_column(BigInteger)  # received in the range's batches
+    received_ms: Mapped[int] = mapped_column(BigInteger)  # the range's last batch
 
 
 # what the detectors raise and where it goes (alert events, incidents, webhooks) is its own module;

@@ -122,8 +122,8 @@ def received_ms() -> int:
 
 
 def batch_key(batch_id: str) -> bytes:
-    """The stored key of a batch id (revision 0017): a 32-digit lowercase hex id, what the hooks send
-    (a UUIDv7's hex; a uuid4's before 2026-12-01), as a 0 byte and its 16 bytes; any other id as its ASCII
+    """The stored key of a batch id (revision 0017): a 32-digit lowercase hex id (a uuid's, what the hooks
+    sent before their sequence ids, revision 0019), as a 0 byte and its 16 bytes; any other id as its ASCII
     bytes, which never start with a 0 byte (ids are letters, digits, ``_`` and ``-``), so two ids never
     share a key."""
     if len(batch_id) == 32 and _HEX_ID.fullmatch(batch_id):

@@ -21,6 +21,7 @@ from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.store.alert_models import AlertEventRow, IncidentRow
 from hyperwatch.monitor.store.models import (
     Base,
+    BatchRangeRow,
     IngestedBatchRow,
     MetricChunkRow,
     MetricPointRow,
@@ -42,6 +43,7 @@ OWNED = (
     MetricRollupRow,
     SeriesLatestRow,
     IngestedBatchRow,
+    BatchRangeRow,
     AlertEventRow,
     IncidentRow,
     RunTagRow,

@@ -6,8 +6,8 @@ Read-only, so it runs beside the service: SQLite through ``dbstat`` (page counts
 index; the file's pages from ``PRAGMA page_count``, WAL content included, and its free pages), PostgreSQL
 through ``pg_total_relation_size`` / ``pg_indexes_size`` of the schema's tables (what ``VACUUM`` keeps
 inside them for later writes is counted as used: measuring it needs ``pgstattuple``, see
-``bench/storage_parts.py``). Points are the sum of ``ingested_batches.n_points``: every point the
-service accepted, a point sent again for a stored step included.
+``bench/storage_parts.py``). Points are the sum of ``ingested_batches.n_points`` and
+``batch_ranges.n_points``: every point the service accepted, a point sent again for a stored step included.
 """
 
 from __future__ import annotations
@@ -80,7 +80,10 @@ def _sqlite_tables(conn: Connection) -> list[TableSize]:
 def _received(conn: Connection) -> tuple[int | None, int | None]:
     if not conn.dialect.has_table(conn, "ingested_batches"):
         return None, None
+    received = "SELECT run_id, n_points FROM ingested_batches"
+    if conn.dialect.has_table(conn, "batch_ranges"):  # revision 0019: the hooks' sequence ids
+        received += " UNION ALL SELECT run_id, n_points FROM batch_ranges"
     points, runs = conn.execute(
-        text("SELECT coalesce(sum(n_points), 0), count(DISTINCT run_id) FROM ingested_batches")
+        text(f"SELECT coalesce(sum(n_points), 0), count(DISTINCT run_id) FROM ({received}) AS received")
     ).one()
     return int(points), int(runs)

@@ -76,7 +76,7 @@ class Stored:
     points: int  # points stored (hot rows in metric_points and points in metric_chunks)
     distinct: int  # distinct (name, layer, step) keys
     ingested: int  # sum of n_points over the run's stored batches: each point ingested once -> == points
-    batches: int  # stored batch ids
+    batches: int  # stored batch ids (a sequence range's numbers each count)
     keys: set[tuple[str, int, int]]
 
 
@@ -95,8 +95,13 @@ def stored(db_url: str, run: str) -> Stored:
             points = chunks.all_points(conn, rid)
             names: dict[int, str] = dict(conn.execute(text("SELECT id, name FROM metric_names")).tuples().all())
             keys = [(str(names[n]), la, s) for _r, n, la, s, _t, _v in points]
+            # the hooks' sequence ids are claimed as ranges (revision 0019), any other id as a row
             ingested, batches = conn.execute(
-                text("SELECT COALESCE(SUM(n_points), 0), COUNT(*) FROM ingested_batches WHERE run_id = :r"),
+                text(
+                    "SELECT COALESCE(SUM(n), 0), COALESCE(SUM(k), 0) FROM (SELECT n_points AS n, 1 AS k "
+                    "FROM ingested_batches WHERE run_id = :r UNION ALL SELECT n_points, hi - lo + 1 "
+                    "FROM batch_ranges WHERE run_id = :r) AS claimed"
+                ),
                 {"r": rid},
             ).one()
     finally:

@@ -4,10 +4,7 @@ and a writer arriving while it holds the table, on both databases."""
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
-import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -33,44 +30,6 @@ def test_keys_are_short_distinct_and_give_the_id_back() -> None:
     assert len(batch_key(HEX)) == 17 and batch_key(HEX)[0] == 0
     assert batch_key(HEX.upper()) == HEX.upper().encode()  # not lowercase hex: kept as text
     assert batch_key("0" * 16) == b"0" * 16  # text ids never start with a 0 byte
-
-
-def test_the_hooks_ids_are_uuid7_in_time_order_and_take_the_compact_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The hooks' batch ids (``hooks.schema.new_batch_id``): RFC 9562 version 7, so the ids of a run arrive
-    in key order and the batch-id index is appended to at its end; 17-byte keys as a uuid4's were."""
-    from hyperwatch.hooks import schema
-
-    ids = [schema.new_batch_id() for _ in range(10_000)]  # many within one millisecond: the counter orders them
-    assert len(set(ids)) == len(ids) and ids == sorted(ids)
-    parsed = uuid.UUID(ids[0])
-    assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
-    assert all(len(batch_key(i)) == 17 and batch_id_of(batch_key(i)) == i for i in ids[:100])
-    ms = int(ids[-1][:12], 16)
-    assert abs(ms - datetime.now(UTC).timestamp() * 1000) < 60_000  # the first 48 bits: Unix milliseconds
-    # a clock that steps back keeps the order (counts on from the last id), and a counter that runs out
-    # moves to the next millisecond
-    monkeypatch.setattr(schema.time, "time_ns", lambda: 1_000 * 1_000_000)
-    monkeypatch.setattr(schema, "_last_id", [5_000, 0xFFE])  # restored after the test, as the clock is
-    a, b = schema.new_batch_id(), schema.new_batch_id()
-    assert [int(x[:12], 16) for x in (a, b)] == [5_000, 5_001] and a < b
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
-def test_a_child_forked_while_the_ids_lock_is_held_still_makes_ids() -> None:
-    from hyperwatch.hooks import schema
-
-    with schema._id_lock:  # another thread of the training process is making an id at the fork
-        pid = os.fork()
-        if pid == 0:
-            schema.new_batch_id()
-            os._exit(0)
-        deadline = time.monotonic() + 20
-        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if done[0] == 0:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0, "the child hung on the parent's lock"
 
 
 def _seed(store: SqlStore) -> None:

@@ -34,6 +34,7 @@ TABLES = {
     "metric_rollups",
     "series_latest",
     "ingested_batches",
+    "batch_ranges",
     "alert_events",
 }
 REPO = Path(__file__).resolve().parents[3]
