@@ -258,13 +258,13 @@ def new_batch_id(run: str = "") -> str:
 
 
 def sequence_range(batch_id: str) -> tuple[str, int, int] | None:
-    """(session, first, last) of a sequence batch id; None for any other id."""
+    """(session, first, last) of a sequence batch id (a range written high to low means the same numbers);
+    None for any other id."""
     found = SEQUENCE_ID.fullmatch(batch_id)
     if found is None:
         return None
-    first = int(found[2], 16)
-    last = first if found[3] is None else int(found[3], 16)
-    return (found[1], first, last) if last >= first else None
+    ends = sorted({int(found[2], 16), int(found[3] or found[2], 16)})
+    return found[1], ends[0], ends[-1]
 
 
 def range_batch_id(session: str, first: int, last: int) -> str:

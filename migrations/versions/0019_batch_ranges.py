@@ -41,7 +41,6 @@ depends_on = None
 
 _SEQUENCE = re.compile(r"([0-9a-f]{32})-([0-9a-f]{1,12})(?:-([0-9a-f]{1,12}))?")  # hooks.schema.SEQUENCE_ID
 _PG_SEQUENCE = "^[0-9a-f]{32}-[0-9a-f]{1,12}(-[0-9a-f]{1,12})?$"
-_SQLITE_SEQUENCE = "[0-9a-f]" * 32 + "-[0-9a-f]*"
 _GUARD = "ck_ingested_batches_not_sequence"
 _INT_MAX = 2**31 - 1  # ingested_batches.n_points is an INTEGER
 _ROWS = 5_000
@@ -73,11 +72,10 @@ def upgrade() -> None:
         found = _SEQUENCE.fullmatch(bytes(key).decode("ascii", "replace"))
         if found is None:
             continue
-        first = int(found[2], 16)
-        last = first if found[3] is None else int(found[3], 16)
-        if last >= first:
-            moved[(run_id, found[1])].append([first, last, n, ms])
-            keys.append({"r": run_id, "k": bytes(key)})
+        ends = (int(found[2], 16), int(found[3] or found[2], 16))  # hooks.schema.sequence_range
+        first, last = min(ends), max(ends)
+        moved[(run_id, found[1])].append([first, last, n, ms])
+        keys.append({"r": run_id, "k": bytes(key)})
     insert = sa.text("INSERT INTO batch_ranges VALUES (:r, :s, :lo, :hi, :n, :ms)")
     for (run_id, session), claims in moved.items():
         for lo, hi, n, ms in _joined(claims):
@@ -93,10 +91,23 @@ def upgrade() -> None:
         )
     else:
         op.execute(
-            f"CREATE TRIGGER {_GUARD} BEFORE INSERT ON ingested_batches "
-            f"WHEN CAST(NEW.batch_id AS TEXT) GLOB '{_SQLITE_SEQUENCE}' BEGIN SELECT RAISE(ABORT, "
-            "'a sequence batch id is claimed in batch_ranges since revision 0019; this process runs older code'); END"
+            f"CREATE TRIGGER {_GUARD} BEFORE INSERT ON ingested_batches WHEN {_sqlite_sequence('NEW.batch_id')} "
+            "BEGIN SELECT RAISE(ABORT, 'a sequence batch id is claimed in batch_ranges since revision 0019; "
+            "this process runs older code'); END"
         )
+
+
+def _sqlite_sequence(column: str) -> str:
+    """SQLite: whether ``column`` (a key) is a sequence id, exactly :data:`_SEQUENCE` (GLOB has no counts)."""
+    key = f"CAST({column} AS TEXT)"
+    tail = f"substr({key}, 34)"  # after the session and its dash: n, or first-last
+    dash = f"instr({tail}, '-')"
+    return (
+        f"(length({column}) BETWEEN 34 AND 58 AND substr({key}, 1, 33) GLOB '{'[0-9a-f]' * 32}-' "
+        f"AND {tail} NOT GLOB '*[^0-9a-f-]*' AND {tail} NOT GLOB '-*' AND {tail} NOT GLOB '*-' "
+        f"AND CASE WHEN {dash} = 0 THEN length({tail}) <= 12 ELSE {dash} <= 13 "
+        f"AND length({tail}) - {dash} <= 12 AND instr(substr({tail}, {dash} + 1), '-') = 0 END)"
+    )
 
 
 def _joined(claims: list[list[int]]) -> list[list[int]]:

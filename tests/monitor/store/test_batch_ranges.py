@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from hyperwatch.hooks.schema import Point, range_batch_id
+from hyperwatch.hooks.schema import Point, range_batch_id, sequence_range
 from hyperwatch.monitor.store import SqlStore, migrate
 from hyperwatch.monitor.store.points import batch_key
 from tests.monitor.store.test_migration_writers import RUN_SQL, Gap, _run_held
@@ -139,8 +139,21 @@ def test_0019_moves_sequence_ids_into_ranges_and_back(db_url: str) -> None:
         with store.engine.begin() as conn, pytest.raises(Exception, match=r"0019|ck_ingested_batches_not_sequence"):
             # the guard: a process of the code before 0019 cannot store a sequence id where no one looks
             conn.execute(text("INSERT INTO ingested_batches VALUES (:b, 1, 1, 0)"), {"b": f"{S1}-9".encode()})
+        # exactly the ids the service claims as ranges: the guard refuses these, stores any other
+        near_misses = [f"{S1}-1g", f"{S1}-1-2-3", f"{S1}-{'1' * 13}", f"{S1}--1", f"{S1}-1-", f"{S1.upper()}-1"]
+        for k, bid in enumerate([f"{S2}-{'f' * 12}-1", f"{S1}-{'a' * 12}", *near_misses]):
+            refused = sequence_range(bid) is not None
+            assert refused == (k < 2), bid
+            try:
+                with store.engine.begin() as conn:
+                    conn.execute(text("INSERT INTO ingested_batches VALUES (:b, 1, 1, 0)"), {"b": bid.encode()})
+            except Exception as exc:
+                assert (refused and "0019" in str(exc)) or "ck_ingested_batches_not_sequence" in str(exc), (bid, exc)
+            else:
+                assert not refused, bid
         migrate.downgrade(store.engine, BEFORE)
         expected = {f"{S1}-{n:x}": (80 if n == 0 else 0) for n in range(8)} | {f"{S2}-0": 1, S1: 2, "my-own-batch-1": 3}
+        expected |= {bid: 1 for bid in near_misses}
         assert _rows(store) == expected
         with store.engine.begin() as conn:  # the guard is gone with the table
             conn.execute(text("INSERT INTO ingested_batches VALUES (:b, 1, 1, 0)"), {"b": f"{S1}-9".encode()})
