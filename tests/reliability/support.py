@@ -78,6 +78,7 @@ class Stored:
     ingested: int  # sum of n_points over the run's stored batches: each point ingested once -> == points
     batches: int  # stored batch ids (a sequence range's numbers each count)
     keys: set[tuple[str, int, int]]
+    claim_rows: int = 0  # rows that record them: ingested_batches' and batch_ranges'
 
 
 def stored(db_url: str, run: str) -> Stored:
@@ -96,9 +97,9 @@ def stored(db_url: str, run: str) -> Stored:
             names: dict[int, str] = dict(conn.execute(text("SELECT id, name FROM metric_names")).tuples().all())
             keys = [(str(names[n]), la, s) for _r, n, la, s, _t, _v in points]
             # the hooks' sequence ids are claimed as ranges (revision 0019), any other id as a row
-            ingested, batches = conn.execute(
+            ingested, batches, rows = conn.execute(
                 text(
-                    "SELECT COALESCE(SUM(n), 0), COALESCE(SUM(k), 0) FROM (SELECT n_points AS n, 1 AS k "
+                    "SELECT COALESCE(SUM(n), 0), COALESCE(SUM(k), 0), COUNT(*) FROM (SELECT n_points AS n, 1 AS k "
                     "FROM ingested_batches WHERE run_id = :r UNION ALL SELECT n_points, hi - lo + 1 "
                     "FROM batch_ranges WHERE run_id = :r) AS claimed"
                 ),
@@ -106,7 +107,7 @@ def stored(db_url: str, run: str) -> Stored:
             ).one()
     finally:
         engine.dispose()
-    return Stored(len(keys), len(set(keys)), int(ingested), int(batches), set(keys))
+    return Stored(len(keys), len(set(keys)), int(ingested), int(batches), set(keys), int(rows))
 
 
 def count_rows(db_url: str, table: str) -> int:

@@ -51,6 +51,8 @@ def test_eight_trainer_processes_at_once_every_point_once(service: Service, tmp_
         got = stored(service.db_url, f"proc-{k}")
         assert got.keys == want, f"proc-{k}"
         assert got.points == got.ingested == BATCHES * POINTS, f"proc-{k}: a point was stored twice"
+        # the hooks' ids (revision 0019): every batch claimed, in one row for the process's session
+        assert got.batches == BATCHES and got.claim_rows == 1, f"proc-{k}: {got.batches} ids, {got.claim_rows} rows"
 
 
 def test_load_burst_from_a_separate_process_every_point_once(pg_url: str) -> None:
