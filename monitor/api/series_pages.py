@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from hyperwatch.monitor.api.schemas import SeriesInfoOut
+from hyperwatch.monitor.api.query_schemas import SeriesInfoOut
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.entities import SeriesInfo
 

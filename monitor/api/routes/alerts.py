@@ -24,7 +24,8 @@ from hyperwatch.monitor.alerting import explain
 from hyperwatch.monitor.alerting.alertmanager import store_firing
 from hyperwatch.monitor.api.deps import ReadAuth, SettingsDep, StoreDep, WriteAuth
 from hyperwatch.monitor.api.params import Limit, Offset
-from hyperwatch.monitor.api.schemas import AlertOut, WireFloat
+from hyperwatch.monitor.api.query_schemas import AlertOut
+from hyperwatch.monitor.api.schemas import WireFloat
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["alerts"])

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hyperwatch.monitor.api.deps import ReadAuth, StoreDep
-from hyperwatch.monitor.api.schemas import HealthOut
+from hyperwatch.monitor.api.query_schemas import HealthOut
 from hyperwatch.monitor.core.errors import MonitorError
 
 router = APIRouter(tags=["health"])

@@ -9,16 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hyperwatch.monitor.api.deps import QueryReaderDep, ReaderDep
 from hyperwatch.monitor.api.params import End, Layer, Start, buckets_query
-from hyperwatch.monitor.api.schemas import (
-    CompareOut,
-    ComparePoint,
-    CompareSeries,
-    LayerMatrixOut,
-    MetricName,
-    SeriesOut,
-    WireFloat,
-    XAxis,
-)
+from hyperwatch.monitor.api.query_schemas import CompareOut, ComparePoint, CompareSeries, LayerMatrixOut, SeriesOut
+from hyperwatch.monitor.api.schemas import MetricName, WireFloat, XAxis
 from hyperwatch.monitor.core.errors import InvalidInputError
 from hyperwatch.monitor.read.lines import XAxisError, x_values
 from hyperwatch.monitor.store.entities import Run, Series

@@ -13,8 +13,9 @@ from pydantic import ValidationError
 from hyperwatch.monitor.api import series_cursor, series_pages
 from hyperwatch.monitor.api.deps import ReadAuth, ReaderDep, SettingsDep, StoreDep, WriteAuth
 from hyperwatch.monitor.api.params import Limit, Offset, int_query, names_query
+from hyperwatch.monitor.api.query_schemas import SeriesInfoOut
 from hyperwatch.monitor.api.run_summary import RunListOut
-from hyperwatch.monitor.api.schemas import RunCreate, RunDeleted, RunOut, RunUpdate, SeriesInfoOut, Status
+from hyperwatch.monitor.api.schemas import RunCreate, RunDeleted, RunOut, RunUpdate, Status
 from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.read.lines import run_view
 from hyperwatch.monitor.store import identity
