@@ -59,6 +59,7 @@ from bench.service_process import service_process
 from hyperwatch.hooks.schema import Batch, Point
 from hyperwatch.hooks.sinks import HttpSink, RunInfo
 from hyperwatch.hooks.sinks import client as hooks_client
+from hyperwatch.monitor.alerting.forecast_band import ForecastWatches
 from hyperwatch.monitor.api.batch_body import read_batch
 from hyperwatch.monitor.api.routes.points import _store_batch
 from hyperwatch.monitor.store import SqlStore
@@ -144,9 +145,10 @@ def in_process(store: SqlStore, run: str, bodies: Bodies) -> float:
     """The route's store call on the parsed bodies (parsing is before the clock, as in HTTP it is not)."""
     store.upsert_run("default", run, {})
     parsed = [read_batch(body, kind) for body, kind in bodies]
+    watches = ForecastWatches()  # the route's forecast bands, as the app keeps them per process
     t0 = time.perf_counter()
     for batch in parsed:
-        _store_batch(store, "default", batch)
+        _store_batch(store, "default", batch, watches)
     return time.perf_counter() - t0
 
 
