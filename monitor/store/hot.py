@@ -6,8 +6,9 @@ inserted, then deleted when its chunk seals. PostgreSQL reuses the space
 of deleted rows only once VACUUM has seen them, and autovacuum looks at a table once a minute at
 most: at 10^4 points/s that is 6 x 10^5 dead rows (~60 MB with the index) between visits, more than
 the chunks of a million points. So the store runs ``VACUUM`` of the hot tables (also
-``series_latest``, rewritten by every batch; since revision 0018 its pages keep half their room for
-those rewrites, so they stay on their page and need no key entry) from a background thread whenever
+``series_latest``, rewritten by every batch that does not go to the pending rows (:mod:`.latest`);
+since revision 0018 its pages keep half their room for those rewrites, so they stay on their page and
+need no key entry) from a background thread whenever
 ``VACUUM_AFTER_ROWS`` rows have been moved since the last one: the table then stays at about one
 chunk per series plus one vacuum interval of dead rows, whatever the ingest rate. (Measured on the
 benchmark's 512 series, one step per batch, through the store: vacuuming after every chunk round,

@@ -315,7 +315,8 @@ def store_points(
     """Write a claimed, non-empty batch of a locked run; (hot rows moved, what to do once it commits).
 
     ``known``: the series' latest steps and values as of the lock, from ``cache`` when it holds the
-    run as of the token the locked row held, else from ``series_latest`` (``points.latest_steps``);
+    run as of the token the locked row held, else from ``series_latest`` merged with the run's pending
+    rows (``latest.latest_steps``);
     the returned callable records the steps after the batch in ``cache`` as of ``token`` (the
     batch's own: call it only after the commit), and in ``held`` (SQLite) the run's hot rows, taken
     from it as of ``prior`` (the token the locked row held).

@@ -32,6 +32,7 @@ from hyperwatch.monitor.core.errors import NotFoundError
 from hyperwatch.monitor.store.alert_models import IncidentRow
 from hyperwatch.monitor.store.engine import managed, retry_busy
 from hyperwatch.monitor.store.entities import RunHealth
+from hyperwatch.monitor.store.latest import newest_pending, overlay
 from hyperwatch.monitor.store.models import (
     CHUNK_STEPS,
     CHUNK_TABLES,
@@ -99,17 +100,31 @@ class LearningMixin:
             if conn.execute(select(GroupRow.id).where(GroupRow.id == group_id)).scalar() is None:
                 raise NotFoundError(f"group id {group_id} not found; list groups with GET /api/v1/groups")
             loss_id = self._name_id(conn, "loss", create=False)
-            latest = select(SeriesLatestRow.run_id, SeriesLatestRow.value).where(
+            latest = select(SeriesLatestRow.run_id, SeriesLatestRow.step, SeriesLatestRow.value).where(
                 SeriesLatestRow.name_id == (-1 if loss_id is None else loss_id),
                 SeriesLatestRow.layer == RUN_LEVEL_LAYER,
             )
             loss = latest.subquery()
-            rows = conn.execute(
-                select(RunRow.id, RunRow.name, RunRow.status, loss.c.run_id, loss.c.value, RunRow.archived)
+            losses = conn.execute(
+                select(RunRow.id, RunRow.name, RunRow.status, loss.c.run_id, loss.c.step, loss.c.value, RunRow.archived)
                 .outerjoin(loss, loss.c.run_id == RunRow.id)
                 .where(RunRow.group_id == group_id)
                 .order_by(RunRow.id)
             ).all()
+            # each run's latest loss: its row merged with its pending points (monitor.store.latest)
+            newest = {} if loss_id is None else newest_pending(conn, [r[0] for r in losses], [loss_id])
+            nid = -1 if loss_id is None else loss_id
+            rows = [
+                (
+                    rid,
+                    name,
+                    status,
+                    has,
+                    v if has is None else overlay((rid, nid, RUN_LEVEL_LAYER), s, v, newest)[1],
+                    a,
+                )
+                for rid, name, status, has, s, v, a in losses
+            ]
             kinds: dict[int, list[tuple[str, str]]] = {}
             found = conn.execute(
                 select(IncidentRow.run_id, IncidentRow.rule, IncidentRow.severity)

@@ -43,7 +43,7 @@ indicators, 1,024,000 points through HTTP): **27.6 B/point** at one step (512 po
 27.3 at 4,096-point batches (29.0 and 28.5 with hot rows instead of pending batches, 114.6 and
 105.1 before chunks; 10^9 points ~ 28 GB instead of ~110 GB). Per table (the same workload through
 the store, before pending batches): chunks 15.4 B/point (heap 12.8 at ~205 B a row, index 2.6),
-rollups 11.2, ``series_latest`` 0.14 (its rows are rewritten by every batch; fillfactor 50 since 0018), batch
+rollups 11.2, ``series_latest`` 0.14 (its rows rewritten by every batch before 0020; fillfactor 50 since 0018), batch
 ids 0.4, the rest 0.5. The hot tables cost a fixed amount per series (less than one chunk's worth
 of points plus what was deleted since the last vacuum: :mod:`monitor.store.hot`), so a short run
 pays more per point: 102,400 points measure 34 B/point (3.4 of them the empty schema).
@@ -341,7 +341,8 @@ class MetricRollupRow(Base):
 
 
 class SeriesLatestRow(Base):
-    """The newest point of every series: what /metrics and the run overview read."""
+    """The newest point of every series: what /metrics and the run overview read. On PostgreSQL a series'
+    newer pending points are not in its row (since revision 0020): read it through :mod:`.latest`."""
 
     __tablename__ = "series_latest"
     # SQLite: one b-tree, not two (since revision 0017); PostgreSQL: room on each page for the next version of

@@ -35,8 +35,9 @@ from sqlalchemy.engine import Connection
 from hyperwatch.hooks.columns import NULL_INT, PointColumns
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.store import pending, segments
-from hyperwatch.monitor.store.bulk import Float8Array, Int4Array, Int8Array, bulk_write, copy_binary
+from hyperwatch.monitor.store.bulk import bulk_write, copy_binary
 from hyperwatch.monitor.store.compact import CHUNK_STEPS, Known, compacts, store_sealed
+from hyperwatch.monitor.store.latest import update_rows, write_taken
 from hyperwatch.monitor.store.models import (
     PACK_STEPS,
     PENDING_DIALECTS,
@@ -57,13 +58,6 @@ _LATEST_TYPES = ("int", "int", "int", "bigint", "float8")
 _LATEST_KEY = ("run_id", "name_id", "layer")
 _LATEST_SET = "step = excluded.step, value = excluded.value"
 _LATEST_WHERE = "excluded.step >= series_latest.step"
-# series that already have their row: a plain UPDATE from binary arrays (~0.6 ms cheaper on PostgreSQL
-# than the upsert's conflict probe for 512 rows; NaN travels as NaN and is stored as NULL)
-_UPDATE_LATEST_PG = (
-    "UPDATE series_latest AS t SET step = u.step, value = nullif(u.value, 'NaN') "
-    "FROM unnest(%s::int[], %s::int[], %s::bigint[], %s::float8[]) AS u(name_id, layer, step, value) "
-    "WHERE t.run_id = %s AND t.name_id = u.name_id AND t.layer = u.layer AND u.step >= t.step"
-)
 _UPDATE_LATEST_SQLITE = (
     "UPDATE series_latest SET step = ?, value = ? WHERE run_id = ? AND name_id = ? AND layer = ? AND step <= ?"
 )
@@ -278,10 +272,15 @@ def write_points(
         touched = (edge_after > edge_before) | (np.add.reduceat(~hot, batch.starts) > 0)
         if fresh.all() and not touched.any() and conn.dialect.name in PENDING_DIALECTS:
             pending.append(conn, run_id, token, batch.ids, batch.layer, batch.step, batch.tokens, batch.value)
+            _write_latest(conn, run_id, batch, before, (last >= before) & (before < 0))  # new series only: see .latest
+            _seal_rollups(conn, run_id, batch, before, after, known)
+            return moved, after, None
         else:
             # the run's pending points first: those of the chunks this batch seals go into them, the
             # rest become rows, written with the batch's own new hot steps in one COPY
             taken = pending.take(conn, run_id) if conn.dialect.name in PENDING_DIALECTS else Columns.empty()
+            own = last >= before  # the series whose row this batch writes itself, at a later step
+            write_taken(conn, run_id, taken, series_code(batch.ids[batch.starts][own], batch.layer[batch.starts][own]))
             sealing = _sealing(batch, taken, touched, edge_after)
             _insert_points(conn, run_id, batch, hot & fresh, hot & ~fresh, (taken, ~sealing))
             moved = len(taken)
@@ -393,14 +392,7 @@ def _write_latest(conn: Connection, run_id: int, batch: SortedBatch, before: np.
     lasts = batch.ends - 1
     rows = lasts[newer & (before >= 0)]
     if len(rows) and conn.dialect.name == "postgresql":
-        params = (
-            Int4Array(batch.ids[rows]),
-            Int4Array(batch.layer[rows]),
-            Int8Array(batch.step[rows]),
-            Float8Array(batch.value[rows]),
-            run_id,
-        )
-        conn.exec_driver_sql(_UPDATE_LATEST_PG, params)
+        update_rows(conn, run_id, batch.ids[rows], batch.layer[rows], batch.step[rows], batch.value[rows])
     elif len(rows):
         conn.exec_driver_sql(_UPDATE_LATEST_SQLITE, [(s, v, run_id, n, la, s) for n, la, s, v in _latest(batch, rows)])
     rows = lasts[newer & (before < 0)]
@@ -485,15 +477,3 @@ def _insert_points(
     if other.any():
         rows = [(run_id, *r) for r in batch.rows(other)]
         bulk_write(conn, "metric_points", _POINT_COLUMNS, _POINT_TYPES, rows, _POINT_KEY, _POINT_SET)
-
-
-def latest_steps(conn: Connection, run_id: int) -> tuple[dict[int, int], dict[int, float]]:
-    """Every series of the run: its code (:func:`series_code`) -> its latest stored step, and -> the
-    value stored there (NaN for NULL)."""
-    mark = "%s" if conn.dialect.name == "postgresql" else "?"
-    found = conn.exec_driver_sql(
-        f"SELECT name_id, layer, step, value FROM series_latest WHERE run_id = {mark}", (run_id,)
-    ).cursor.fetchall()
-    steps = {series_code(n, la): s for n, la, s, _v in found}
-    values = {series_code(n, la): from_sql_value(v) for n, la, _s, v in found}
-    return steps, values

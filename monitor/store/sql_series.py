@@ -32,6 +32,7 @@ from hyperwatch.monitor.store.entities import (
 from hyperwatch.monitor.store.held import HeldPoints
 from hyperwatch.monitor.store.hot import HotVacuum
 from hyperwatch.monitor.store.ingest import Duplicate, LatestSteps, lock_run, new_token, store_points
+from hyperwatch.monitor.store.latest import latest_steps, newest_pending, overlay
 from hyperwatch.monitor.store.models import MetricNameRow, ProjectRow, RunRow, SeriesLatestRow
 from hyperwatch.monitor.store.names import check_name_count
 from hyperwatch.monitor.store.points import (
@@ -41,7 +42,6 @@ from hyperwatch.monitor.store.points import (
     as_utc,
     dialect_insert,
     from_sql_value,
-    latest_steps,
     layer_of,
     now_utc,
     sql_layer,
@@ -57,18 +57,20 @@ def _alert_key(a: NewAlert) -> tuple[str, str, int, int]:
 
 
 _SERIES_OF_RUN = (
-    select(MetricNameRow.name, SeriesLatestRow.layer, SeriesLatestRow.step, SeriesLatestRow.value)
+    select(
+        MetricNameRow.name, SeriesLatestRow.layer, SeriesLatestRow.step, SeriesLatestRow.value, SeriesLatestRow.name_id
+    )
     .join(MetricNameRow, MetricNameRow.id == SeriesLatestRow.name_id)
     .where(SeriesLatestRow.run_id == bindparam("run_id"))
     .order_by(MetricNameRow.name, SeriesLatestRow.layer)
 )
-"""A run's latest value of each series, built once (the live pages ask for it on every logged step)."""
+"""A run's latest value of each series as ``series_latest`` holds it, built once (the live pages ask for
+it on every logged step); merged with the run's pending points before use (:mod:`.latest`)."""
 
 _RUN_HEADS = select(RunRow.id, RunRow.last_step, RunRow.status).where(
     RunRow.id.in_(bindparam("run_ids", expanding=True))
 )
 _RUN_HEAD = select(RunRow.last_step, RunRow.ingest_token).where(RunRow.id == bindparam("run_id"))
-_SERIES_AT = _SERIES_OF_RUN.where(SeriesLatestRow.step == bindparam("step"))
 
 
 class _ConnWindows:
@@ -198,7 +200,8 @@ class SeriesMixin:
                         SeriesLatestRow.run_id == run_id, SeriesLatestRow.name_id == nid, SeriesLatestRow.layer >= 0
                     )
                 )
-                latest = {int(la): int(s) for la, s in found}
+                newest = newest_pending(conn, [run_id], [nid])
+                latest = {int(la): overlay((run_id, nid, int(la)), int(s), None, newest)[0] for la, s in found}
             base = {"run_id": run_id, "name_id": nid, "start": start or 0, "end": 2**62 if end is None else end}
             read = matrix.read(conn, base, latest, buckets)
             if read is None:
@@ -218,8 +221,13 @@ class SeriesMixin:
             q = q.where((MetricNameRow.name > name) | ((MetricNameRow.name == name) & (SeriesLatestRow.layer > layer)))
         with managed(self.engine, f"list series of run {run_id}") as conn:
             self._get_run(conn, run_id)
-            rows = conn.execute(q.limit(size), {"run_id": run_id})
-            return [SeriesInfo(n, api_layer(la), s, from_sql_value(v)) for n, la, s, v in rows]
+            rows = conn.execute(q.limit(size), {"run_id": run_id}).all()
+            newest = newest_pending(conn, [run_id], {int(r[4]) for r in rows})
+            out = []
+            for n, la, s, v, nid in rows:
+                s, v = overlay((run_id, nid, la), s, v, newest)
+                out.append(SeriesInfo(n, api_layer(la), s, from_sql_value(v)))
+            return out
 
     def run_heads(self, run_ids: Sequence[int]) -> dict[int, tuple[int | None, str]]:
         with managed(self.engine, f"read the progress of runs {list(run_ids)[:10]}") as conn:
@@ -239,8 +247,10 @@ class SeriesMixin:
                 found = [(names[code >> CODE_LAYER_BITS], layer_of(code), v) for code, v in cached]
                 found.sort(key=lambda p: (p[0], p[1]))
                 return [(n, api_layer(la), v) for n, la, v in found]
-            rows = conn.execute(_SERIES_AT, {"run_id": run_id, "step": step})
-            return [(n, api_layer(la), from_sql_value(v)) for n, la, _s, v in rows]
+            rows = conn.execute(_SERIES_OF_RUN, {"run_id": run_id}).all()
+            newest = newest_pending(conn, [run_id])
+            at = [(n, la, overlay((run_id, nid, la), s, v, newest)) for n, la, s, v, nid in rows]
+            return [(n, api_layer(la), from_sql_value(v)) for n, la, (s, v) in at if s == step]
 
     def trailing_points(
         self, run_id: int, keys: Sequence[tuple[str, int | None, int]], limit: int
@@ -268,7 +278,9 @@ class SeriesMixin:
                         SeriesLatestRow.run_id == run_id, SeriesLatestRow.name_id.in_(known), SeriesLatestRow.layer >= 0
                     )
                 )
+                newest = newest_pending(conn, [run_id], known)
                 for name_id, la, st in found:
+                    st = overlay((run_id, name_id, la), st, None, newest)[0]
                     latest.setdefault(int(name_id), {})[int(la)] = int(st)
             out: list[list[tuple[int, float]]] = []
             for name, top in keys:
@@ -407,6 +419,7 @@ class SeriesMixin:
                 RunRow.last_point_at,
                 RunRow.id,
                 RunRow.group_id,
+                SeriesLatestRow.name_id,
             )
             .select_from(SeriesLatestRow)
             .join(RunRow, RunRow.id == SeriesLatestRow.run_id)
@@ -417,7 +430,10 @@ class SeriesMixin:
         if names is not None:  # /metrics: its gauges' names only, whatever else the runs log (issue 37)
             q = q.where(MetricNameRow.name.in_(list(names)))
         with managed(self.engine, "read latest values of active runs") as conn:
-            return [
-                LatestValue(p, r, bool(e), n, api_layer(la), s, from_sql_value(v), as_utc(t), rid, gid)
-                for p, r, e, n, la, s, v, t, rid, gid in conn.execute(q)
-            ]
+            rows = conn.execute(q).all()
+            newest = newest_pending(conn, {r[8] for r in rows}, {r[10] for r in rows})
+            out = []
+            for p, r, e, n, la, s, v, t, rid, gid, nid in rows:
+                s, v = overlay((rid, nid, la), s, v, newest)
+                out.append(LatestValue(p, r, bool(e), n, api_layer(la), s, from_sql_value(v), as_utc(t), rid, gid))
+            return out

@@ -4,7 +4,8 @@
 (``GET /api/v1/runs?summary=loss,val_loss``); its contract is in :meth:`monitor.store.base.Store.series_summaries`.
 How it reads, in one statement on both databases, without reading every point:
 
-- the latest step and value come from ``series_latest`` (one row per series, NaN as NULL);
+- the latest step and value come from ``series_latest`` (one row per series, NaN as NULL), merged with the
+  run's pending points (:mod:`.latest`);
 - the extremes come from the rows that cover the series without overlap, the same nesting
   :mod:`monitor.store.learning` reads peaks by: every level-3 (4,096-step) rollup row, the level-2
   (1,024-step, one per segment) rows after the last sealed level-3 block, then the open segment range's
@@ -32,6 +33,7 @@ from sqlalchemy.engine import Engine
 
 from hyperwatch.monitor.store.engine import managed
 from hyperwatch.monitor.store.entities import SeriesSummary
+from hyperwatch.monitor.store.latest import newest_pending, overlay
 from hyperwatch.monitor.store.models import (
     CHUNK_STEPS,
     CHUNK_TABLES,
@@ -130,7 +132,9 @@ class SummaryMixin:
             statement = _summaries_sql(conn.dialect.name)
             for start in range(0, len(runs), RUNS_PER_READ):
                 params = {"runs": runs[start : start + RUNS_PER_READ], "names": list(ids), "layer": RUN_LEVEL_LAYER}
+                newest = newest_pending(conn, runs[start : start + RUNS_PER_READ], ids)
                 for run_id, name_id, step, value, lo, lo_step, hi, hi_step in conn.execute(statement, params):
+                    step, value = overlay((run_id, name_id, RUN_LEVEL_LAYER), step, value, newest)
                     low, high = _number(lo), _number(hi)
                     out[(int(run_id), ids[int(name_id)])] = SeriesSummary(
                         last_step=int(step),
