@@ -5,9 +5,12 @@ nothing (another service process), so every read below goes to the database."""
 from __future__ import annotations
 
 import math
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from sqlalchemy import text
 
@@ -122,3 +125,48 @@ def test_0020_downgrade_brings_every_row_to_its_newest_pending_step(written: tup
         assert conn.execute(text(q)).scalar_one() is None  # the NaN, stored as the table stores it
     migrate.upgrade(other.engine)
     assert migrate.current_revision(other.engine) == AFTER == migrate.head_revision()
+
+
+def test_0020_downgrade_waits_for_a_writer_inside_and_catches_its_step_up(pg_url: str) -> None:
+    """A pending batch being written when the downgrade starts: the catch-up waits behind the lock for it
+    to commit and then includes it, so the code before 0020 finds even that step in the table."""
+    pg = SqlStore(pg_url)
+    try:
+        migrate.upgrade(pg.engine)
+        run_pg, _ = pg.upsert_run("default", "w", {"status": "running"})
+        for step in range(18):
+            pg.ingest(run_pg.id, uuid.uuid4().hex, [Point("m0", step, float(step), layer=0)])
+        with pg.engine.connect() as conn:
+            m0 = conn.execute(text("SELECT id FROM metric_names WHERE name = 'm0'")).scalar_one()
+        writer = psycopg.connect(pg_url.replace("+psycopg", ""))
+        writer.execute(  # the 0020 service's next batch, written and not yet committed
+            "INSERT INTO point_batches (run_id, name_id, token, layer, step, tokens, value) "
+            "VALUES (%s, %s, 12345, '{0}'::int2[], '{18}'::int8[], '{-1}'::int8[], '{7.5}'::float8[])",
+            (run_pg.id, m0),
+        )
+        failed: list[BaseException] = []
+
+        def downgrade() -> None:
+            try:
+                migrate.downgrade(pg.engine, BEFORE)
+            except BaseException as exc:  # reported below
+                failed.append(exc)
+
+        mover = threading.Thread(target=downgrade, daemon=True)
+        mover.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not _waiting(pg_url):
+            time.sleep(0.05)
+        assert mover.is_alive(), "the downgrade finished while a writer was inside the tables it reads"
+        writer.commit()
+        writer.close()
+        mover.join(60)
+        assert not mover.is_alive() and not failed, failed
+        assert table_steps(pg, run_pg.id)[("m0", 0)] == 18
+    finally:
+        pg.close()
+
+
+def _waiting(url: str) -> bool:
+    with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as c:
+        return bool(c.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0])  # type: ignore[index]
