@@ -22,7 +22,7 @@ instead of its rollup row: the same answer). SQLite keeps no pending rows: nothi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import numpy as np
 from sqlalchemy.engine import Connection
@@ -131,16 +131,3 @@ def latest_steps(conn: Connection, run_id: int) -> tuple[dict[int, int], dict[in
         code = series_code(n, la)
         steps[code], values[code] = s, math.nan if v is None else float(v)
     return steps, values
-
-
-def merged_rows(
-    conn: Connection, rows: Sequence[tuple[int, int, int, int, float | None]]
-) -> list[tuple[int, int, int, int, float | None]]:
-    """``(run_id, name_id, layer, step, value)`` rows read from ``series_latest``, each merged with its
-    series' newest pending point (one read of the pending rows of the runs and names they hold)."""
-    if not rows:
-        return []
-    newest = newest_pending(conn, {r[0] for r in rows}, {r[1] for r in rows})
-    if not newest:
-        return list(rows)
-    return [(r, n, la, *overlay((r, n, la), s, v, newest)) for r, n, la, s, v in rows]
