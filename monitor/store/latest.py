@@ -27,7 +27,8 @@ from collections.abc import Iterable
 import numpy as np
 from sqlalchemy.engine import Connection
 
-from hyperwatch.monitor.store.bulk import Float8Array, Int4Array, Int8Array, array_values, register_array_bytes
+from hyperwatch.monitor.store import pending
+from hyperwatch.monitor.store.bulk import Float8Array, Int4Array, Int8Array
 from hyperwatch.monitor.store.models import PENDING_DIALECTS
 from hyperwatch.monitor.store.seal import Columns, series_code
 
@@ -43,47 +44,22 @@ UPDATE_LATEST_PG = (
 than the upsert's conflict probe for 512 rows; NaN travels as NaN and is stored as NULL); a row that
 holds a later step keeps it."""
 
-_ARRAY_OIDS = (1005, 1016, 1022)  # int2[], int8[], float8[]
-_PENDING = "SELECT run_id, name_id, layer, step, value FROM point_batches WHERE run_id = ANY(%s)"
-
 
 def newest_pending(conn: Connection, run_ids: Iterable[int], name_ids: Iterable[int] | None = None) -> Newest:
     """Per series of ``run_ids`` (of ``name_ids`` only, when given) with pending points: its newest
     pending step and the value there. Empty where the database keeps no pending rows (SQLite)."""
     runs = sorted({int(r) for r in run_ids})
-    if conn.dialect.name not in PENDING_DIALECTS or not runs:
+    names = None if name_ids is None else sorted({int(n) for n in name_ids})
+    if conn.dialect.name not in PENDING_DIALECTS or not runs or names == []:
         return {}
-    sql, params = _PENDING, [runs]
-    if name_ids is not None:
-        names = sorted({int(n) for n in name_ids})
-        if not names:
-            return {}
-        sql, params = sql + " AND name_id = ANY(%s)", [runs, names]
-    raw = conn.connection.dbapi_connection
-    assert raw is not None
-    with raw.cursor(binary=True) as cur:  # type: ignore[call-arg,attr-defined]
-        register_array_bytes(cur, _ARRAY_OIDS)
-        cur.execute(sql, params)
-        found = cur.fetchall()
-    if not found:
-        return {}
-    layers = [array_values(r[2], "int2").astype(np.int64) for r in found]
-    sizes = [len(la) for la in layers]
-    run = np.repeat(np.array([r[0] for r in found], dtype=np.int64), sizes)
-    name = np.repeat(np.array([r[1] for r in found], dtype=np.int64), sizes)
-    layer = np.concatenate(layers)
-    step = np.concatenate([array_values(r[3], "int8") for r in found])
-    value = np.concatenate([array_values(r[4], "float8") for r in found])
-    order = np.lexsort((step, layer, name, run))  # by series, then step: each series' last is its newest
-    run, name, layer, step, value = run[order], name[order], layer[order], step[order], value[order]
-    last = np.ones(len(step), dtype=bool)
-    last[:-1] = (run[1:] != run[:-1]) | (name[1:] != name[:-1]) | (layer[1:] != layer[:-1])
-    out: Newest = {}
-    for r, n, la, s, v in zip(
-        run[last].tolist(), name[last].tolist(), layer[last].tolist(), step[last].tolist(), value[last].tolist()
-    ):
-        out[(r, n, la)] = (s, None if v != v else v)
-    return out
+    run, cols = pending.peek(conn, runs, names)
+    order = np.lexsort((cols.step, cols.layer, cols.ids, run))  # by series, then step: each series' last is its newest
+    run, cols = run[order], cols.take(order)
+    last = np.ones(len(run), dtype=bool)
+    last[:-1] = (run[1:] != run[:-1]) | (cols.ids[1:] != cols.ids[:-1]) | (cols.layer[1:] != cols.layer[:-1])
+    keys = zip(run[last].tolist(), cols.ids[last].tolist(), cols.layer[last].tolist(), strict=True)
+    found = zip(cols.step[last].tolist(), cols.value[last].tolist(), strict=True)
+    return {key: (s, None if v != v else v) for key, (s, v) in zip(keys, found, strict=True)}
 
 
 def overlay(key: Key, step: int, value: float | None, newest: Newest) -> tuple[int, float | None]:

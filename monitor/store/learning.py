@@ -100,8 +100,9 @@ class LearningMixin:
             if conn.execute(select(GroupRow.id).where(GroupRow.id == group_id)).scalar() is None:
                 raise NotFoundError(f"group id {group_id} not found; list groups with GET /api/v1/groups")
             loss_id = self._name_id(conn, "loss", create=False)
+            nid = -1 if loss_id is None else loss_id
             latest = select(SeriesLatestRow.run_id, SeriesLatestRow.step, SeriesLatestRow.value).where(
-                SeriesLatestRow.name_id == (-1 if loss_id is None else loss_id),
+                SeriesLatestRow.name_id == nid,
                 SeriesLatestRow.layer == RUN_LEVEL_LAYER,
             )
             loss = latest.subquery()
@@ -112,8 +113,7 @@ class LearningMixin:
                 .order_by(RunRow.id)
             ).all()
             # each run's latest loss: its row merged with its pending points (monitor.store.latest)
-            newest = {} if loss_id is None else newest_pending(conn, [r[0] for r in losses], [loss_id])
-            nid = -1 if loss_id is None else loss_id
+            newest = newest_pending(conn, [r[0] for r in losses], [nid])
             rows = [
                 (
                     rid,

@@ -34,7 +34,8 @@ from hyperwatch.monitor.store.bulk import Float8Array, Int2Array, Int8Array, arr
 from hyperwatch.monitor.store.seal import Columns
 
 _ARRAY_OIDS = (1005, 1016, 1022)  # int2[], int8[], float8[]
-_TAKE = "DELETE FROM point_batches WHERE run_id = %s RETURNING name_id, layer, step, tokens, value"
+_TAKE = "DELETE FROM point_batches WHERE run_id = %s RETURNING run_id, name_id, layer, step, tokens, value"
+_PEEK = "SELECT run_id, name_id, layer, step, tokens, value FROM point_batches WHERE run_id = ANY(%s)"
 
 
 @lru_cache(maxsize=32)
@@ -78,18 +79,34 @@ def append(
 
 def take(conn: Connection, run_id: int) -> Columns:
     """Delete the run's pending rows and return their points (none: empty columns)."""
+    _runs, cols = _points(conn, _TAKE, (run_id,))
+    return Columns.join([cols]) if len(cols) else cols
+
+
+def peek(conn: Connection, run_ids: list[int], name_ids: list[int] | None) -> tuple[np.ndarray, Columns]:
+    """The pending points of ``run_ids`` (of ``name_ids`` only, when given), as they are stored: each
+    point's run id, and the points (not sorted)."""
+    if name_ids is None:
+        return _points(conn, _PEEK, (run_ids,))
+    return _points(conn, _PEEK + " AND name_id = ANY(%s)", (run_ids, name_ids))
+
+
+def _points(conn: Connection, sql: str, params: tuple[object, ...]) -> tuple[np.ndarray, Columns]:
+    """Rows of (run_id, name_id, layer[], step[], tokens[], value[]) read in binary, as one run id per
+    point and the points' columns."""
     raw = conn.connection.dbapi_connection
     assert raw is not None
     with raw.cursor(binary=True) as cur:  # type: ignore[call-arg,attr-defined]
         register_array_bytes(cur, _ARRAY_OIDS)
-        cur.execute(_TAKE, (run_id,))
+        cur.execute(sql, params)
         found = cur.fetchall()
     if not found:
-        return Columns.empty()
-    layers = [array_values(r[1], "int2").astype(np.int64) for r in found]
-    ids = np.repeat(np.array([r[0] for r in found], dtype=np.int64), [len(la) for la in layers])
-    layer = np.concatenate(layers)
-    step = np.concatenate([array_values(r[2], "int8") for r in found])
-    tokens = np.concatenate([array_values(r[3], "int8") for r in found])
-    value = np.concatenate([array_values(r[4], "float8") for r in found])
-    return Columns.join([Columns(ids, layer, step, tokens, value)])
+        return np.empty(0, dtype=np.int64), Columns.empty()
+    layers = [array_values(r[2], "int2").astype(np.int64) for r in found]
+    sizes = [len(la) for la in layers]
+    runs = np.repeat(np.array([r[0] for r in found], dtype=np.int64), sizes)
+    ids = np.repeat(np.array([r[1] for r in found], dtype=np.int64), sizes)
+    step = np.concatenate([array_values(r[3], "int8") for r in found])
+    tokens = np.concatenate([array_values(r[4], "int8") for r in found])
+    value = np.concatenate([array_values(r[5], "float8") for r in found])
+    return runs, Columns(ids, np.concatenate(layers), step, tokens, value)

@@ -264,6 +264,7 @@ def write_points(
     fresh = batch.step > batch.per_row(before)  # no such key stored yet
     known: Known = {}
     moved = 0
+    newer = last >= before  # the series whose row the batch brings to a later step
     if compacts(conn):
         edge_before = (before + 1) // CHUNK_STEPS * CHUNK_STEPS
         edge_after = (after + 1) // CHUNK_STEPS * CHUNK_STEPS
@@ -272,15 +273,13 @@ def write_points(
         touched = (edge_after > edge_before) | (np.add.reduceat(~hot, batch.starts) > 0)
         if fresh.all() and not touched.any() and conn.dialect.name in PENDING_DIALECTS:
             pending.append(conn, run_id, token, batch.ids, batch.layer, batch.step, batch.tokens, batch.value)
-            _write_latest(conn, run_id, batch, before, (last >= before) & (before < 0))  # new series only: see .latest
-            _seal_rollups(conn, run_id, batch, before, after, known)
-            return moved, after, None
+            newer &= before < 0  # a new series' row only: the others' rows wait for their points (.latest)
         else:
             # the run's pending points first: those of the chunks this batch seals go into them, the
             # rest become rows, written with the batch's own new hot steps in one COPY
             taken = pending.take(conn, run_id) if conn.dialect.name in PENDING_DIALECTS else Columns.empty()
-            own = last >= before  # the series whose row this batch writes itself, at a later step
-            write_taken(conn, run_id, taken, series_code(batch.ids[batch.starts][own], batch.layer[batch.starts][own]))
+            own = series_code(batch.ids[batch.starts][newer], batch.layer[batch.starts][newer])
+            write_taken(conn, run_id, taken, own)
             sealing = _sealing(batch, taken, touched, edge_after)
             _insert_points(conn, run_id, batch, hot & fresh, hot & ~fresh, (taken, ~sealing))
             moved = len(taken)
@@ -301,7 +300,7 @@ def write_points(
                 took, _chunks, left = seal_appended(conn, run_id, ranges, Columns.join([mine, theirs]), now)
                 moved += took
                 _pack(conn, run_id, batch, touched, edge_before, edge_after)
-                _write_latest(conn, run_id, batch, before, last >= before)
+                _write_latest(conn, run_id, batch, before, newer)
                 _seal_rollups(conn, run_id, batch, before, after, {}, from_level=max(ROLLUP_LEVELS))
                 return moved, after, left
             if touched.any():
@@ -319,7 +318,7 @@ def write_points(
                 _pack(conn, run_id, batch, touched, edge_before, edge_after)
     else:
         _insert_points(conn, run_id, batch, fresh, ~fresh)
-    _write_latest(conn, run_id, batch, before, last >= before)
+    _write_latest(conn, run_id, batch, before, newer)
     _seal_rollups(conn, run_id, batch, before, after, known)
     return moved, after, None
 

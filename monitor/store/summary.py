@@ -131,8 +131,9 @@ class SummaryMixin:
                 return {}
             statement = _summaries_sql(conn.dialect.name)
             for start in range(0, len(runs), RUNS_PER_READ):
-                params = {"runs": runs[start : start + RUNS_PER_READ], "names": list(ids), "layer": RUN_LEVEL_LAYER}
-                newest = newest_pending(conn, runs[start : start + RUNS_PER_READ], ids)
+                chunk = runs[start : start + RUNS_PER_READ]
+                params = {"runs": chunk, "names": list(ids), "layer": RUN_LEVEL_LAYER}
+                newest = newest_pending(conn, chunk, ids)
                 for run_id, name_id, step, value, lo, lo_step, hi, hi_step in conn.execute(statement, params):
                     step, value = overlay((run_id, name_id, RUN_LEVEL_LAYER), step, value, newest)
                     low, high = _number(lo), _number(hi)
