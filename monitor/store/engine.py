@@ -44,17 +44,21 @@ PING_AFTER_IDLE_S = 1.0
 _BUSY_MARKERS = ("database is locked", "database is busy", "deadlock detected", "could not serialize access")
 # SQLite's SQLITE_FULL; PostgreSQL's disk_full (53100) and the OS's ENOSPC in its message.
 _FULL_MARKERS = ("database or disk is full", "no space left on device", "disk full")
-SQLITE_PAGE_SIZE = 1024
+SQLITE_PAGE_SIZE = 2048
 """The page size of a new SQLite file (an existing one keeps its own until ``hyperwatch db compact``
-rewrites it, with the service stopped). A segment row (2.5-6.5 KB, issue 36) keeps only part of
-itself in its leaf of the ``WITHOUT ROWID`` table (~1,000 bytes with 4 KB pages, ~230 with 1 KB) and
-spills the rest into overflow pages, the last one partly empty: with 4 KB pages that slack was
-2.2 B/pt on issue 36's workload (of 7.0), with 1 KB pages 0.5 (``bench/storage_parts.py``). 1,024
-was SQLite's own default until 3.12."""
+rewrites it, with the service stopped). Since revision 0015 ``metric_chunks`` is a rowid table: a row
+that fits a leaf's share stays whole in it, and a longer one (a 1,024-step segment, 2.5-6.5 KB) fills
+whole overflow pages and keeps the remainder in its leaf. Bytes per point of new files, side by side
+(``bench/storage.py``'s sets, SQLite, 2026-12-01): 1 KB pages 4.79 (issue 36's workload) / 9.74 (the
+real-hooks fixture of 50-point series) / 3.46 (a 2,000-step hooks run); 2 KB 4.74 / 9.13 / 3.44; 4 KB
+5.97 / 8.68 / 4.32 (a segment of 2.5-4 KB takes a leaf alone). 2 KB pages also touch fewer pages per
+batch: the store's time per batch 0.92x of 1 KB's (``bench/store_ingest.py --db sqlite --against``).
+Before 0015 (``WITHOUT ROWID``, where a row kept only ~230 bytes in a 1 KB leaf) 1 KB was the best."""
 SQLITE_WAL_AUTOCHECKPOINT = 8000
 """WAL pages (of ``SQLITE_PAGE_SIZE``) after which a commit checkpoints them into the file (SQLite's default 1,000).
 A one-step batch of issue 36's workload writes 30-190 pages (one per hot leaf it touches), so at 1,000 every
-~7th commit copied the WAL into the file and synced both; at 8,000 (8 MB of WAL) one in ~60 does."""
+~7th commit copied the WAL into the file and synced both; at 8,000 (8 MB of WAL with 1 KB pages, 16 MB with
+the 2 KB pages since 2026-12-01) one in ~60 does."""
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 

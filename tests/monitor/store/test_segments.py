@@ -193,5 +193,5 @@ def test_a_new_sqlite_file_gets_small_pages_and_an_old_one_keeps_its_own(tmp_pat
     new.close()
     sent = old_sqlite_file(tmp_path / "old.db")
     assert same_points(read_back(tmp_path / "old.db"), sent)
-    assert SQLITE_PAGE_SIZE == 1024 and page_size(tmp_path / "new.db") == 1024
+    assert SQLITE_PAGE_SIZE == 2048 and page_size(tmp_path / "new.db") == 2048
     assert page_size(tmp_path / "old.db") == 4096
