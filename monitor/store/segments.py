@@ -146,10 +146,13 @@ def pack(
     targets: Sequence[Target],
     extra: Mapping[tuple[int, int, int], list[PointRow]] = {},
     tables: Tables = RUNNING,
+    sealed: bool = True,
 ) -> Known:
     """Pack every row of each target range into one segment row (``extra``: points per target (name,
     layer, first chunk) that win over the stored ones). Writes the finest rollup row of each whole
-    range; returns what the ranges given ``extra`` hold now (the rollups of late writes)."""
+    range; returns what the ranges given ``extra`` hold now (the rollups of late writes). ``sealed``
+    False: the ranges reach past their series' sealed boundary (a stopped run's last steps,
+    :mod:`monitor.store.tail`), so none is whole and none gets a rollup row."""
     if not targets:
         return {}
     found = read_in_ranges(
@@ -175,7 +178,7 @@ def pack(
         else:
             summary = (int(pts[0][lo]), float(pts[2][lo]), int(pts[0][hi]), float(pts[2][hi]))
             lo_hi = (lo, hi)
-        whole = end - c0 == SEGMENT_CHUNKS
+        whole = sealed and end - c0 == SEGMENT_CHUNKS
         data, ext = toast.split(blob, cut)
         row = (run_id, n, la, c0, nonfinite[g], data, *summary) + ((ext,) if tables.split else ())
         rows[tables.whole if whole else tables.partial].append(row)

@@ -11,7 +11,7 @@ from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine, Row
 
 from hyperwatch.monitor.core.errors import InvalidInputError, NotFoundError
-from hyperwatch.monitor.store import migrate, names, removal, repair, segments
+from hyperwatch.monitor.store import migrate, names, removal, repair, tail
 from hyperwatch.monitor.store.base import Store
 from hyperwatch.monitor.store.cardinality import SeriesLimits
 from hyperwatch.monitor.store.engine import BUSY_TIMEOUT_MS, make_engine, managed, retry_busy
@@ -199,8 +199,10 @@ class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, SummaryMixin, Webhook
                 values["group_id"] = group
         values["updated_at"] = now_utc()
         conn.execute(update(RunRow).where(RunRow.id == run_id).values(**values))
-        if values.get("status", ACTIVE_STATUS) != ACTIVE_STATUS:  # stopped: its open ranges packed (issue 36)
-            segments.seal_stopped(conn, run_id)
+        if values.get("status", ACTIVE_STATUS) != ACTIVE_STATUS:  # stopped: its open ranges and hot points packed
+            tail.seal_stopped(conn, run_id)
+        elif "status" in values:  # running (again): its last steps hot rows, as the writers expect (store.tail)
+            tail.unfold(conn, run_id)
         if "tags" in fields:
             conn.execute(delete(RunTagRow).where(RunTagRow.run_id == run_id))
             if fields["tags"]:

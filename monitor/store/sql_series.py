@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection, Engine
 from hyperwatch.hooks.columns import PointColumns
 from hyperwatch.hooks.schema import Point
 from hyperwatch.monitor.core.errors import NotFoundError
-from hyperwatch.monitor.store import cardinality, incidents, matrix, segments
+from hyperwatch.monitor.store import cardinality, incidents, matrix, tail
 from hyperwatch.monitor.store import downsample as ds
 from hyperwatch.monitor.store.alert_models import AlertEventRow, run_scoped
 from hyperwatch.monitor.store.base import Detector, DetectorFor
@@ -155,9 +155,11 @@ class SeriesMixin:
                     ids = cardinality.admit(conn, run_id, what, columns, known[0], self._name_ids, self.series_limits)
                     batch = SortedBatch.of(columns, ids)
                     held = self.held_points if conn.dialect.name == "sqlite" else None
+                    if not running:  # its last steps put back where the writers expect them (store.tail)
+                        tail.unfold(conn, run_id, new_token=False)
                     moved, committed = store_points(conn, self.latest_steps, run_id, token, batch, known, held, prior)
-                    if not running:  # points after the run stopped: its open ranges stay sealed (0015)
-                        segments.seal_stopped(conn, run_id)
+                    if not running:  # points after the run stopped: its open ranges and last steps packed again
+                        tail.seal_stopped(conn, run_id)
                 detector = None if detector_for is None else detector_for(run_id, group)
                 if detector is not None:
                     # same transaction: the batch and its alerts commit together or not at all (a retried

@@ -1,0 +1,135 @@
+"""A stopped run's last, unsealed steps folded into its segments, and put back when it writes again (issue 36).
+
+While a run trains, each series' steps from its sealed boundary ``B`` on (:func:`compact.boundary`: at
+most 15 steps) are hot rows: ``metric_points``, and on PostgreSQL the pending arrays of
+``point_batches``. When the run stops nothing seals them, so they would stay hot rows for good: a
+row per point with its key and header (~60 bytes on SQLite, ~100 with its index entry on PostgreSQL)
+where a segment spends ~5. On the real-hooks fixture of ``bench/storage.py`` (runs of 200 steps,
+50-point series) they were 12% of SQLite's bytes.
+
+:func:`fold` (when a run stops, and after points reached a stopped run: :func:`segments.seal_stopped`)
+moves them into the partial segment of their series' open range in ``metric_chunks``, whose span
+then reaches past ``B`` (never a whole segment, never a rollup row: the range is not sealed).
+Readers need nothing: every read of points takes the chunk rows and the hot rows of its range
+together, and every reader of extremes takes the open range's chunk rows with their own min and max.
+
+The writers assume the layout of a running run (every point at or past ``B`` hot), so before a
+stopped run is written again its folded tails are put back (:func:`unfold`): on ingest into a
+stopped run, before its points are written, and when its status returns to running. A folded row
+is told by its span: it covers the chunk ``B // CHUNK_STEPS`` of its series' latest step.
+
+Both change the run's hot rows, so both give the run a new ingest token: a process that holds the
+run's hot rows or latest steps as of the old token (:mod:`.held`, :class:`ingest.LatestSteps`)
+reads them again.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+from sqlalchemy.engine import Connection
+
+from hyperwatch.monitor.store import pending, segcodec, segments
+from hyperwatch.monitor.store.bulk import bulk_write, read_in_ranges
+from hyperwatch.monitor.store.chunks import seg_floor
+from hyperwatch.monitor.store.compact import boundary
+from hyperwatch.monitor.store.ingest import new_token
+from hyperwatch.monitor.store.latest import latest_steps, write_taken
+from hyperwatch.monitor.store.models import CHUNK_STEPS, PENDING_DIALECTS
+from hyperwatch.monitor.store.points import _POINT_COLUMNS, _POINT_KEY, _POINT_SET, _POINT_TYPES
+from hyperwatch.monitor.store.seal import CODE_LAYER_BITS, Columns
+_TAKE_PG = "DELETE FROM metric_points WHERE run_id = %s RETURNING name_id, layer, step, tokens, value"
+_READ_SQLITE = "SELECT name_id, layer, step, tokens, value FROM metric_points WHERE run_id = ?"
+_DELETE_SQLITE = "DELETE FROM metric_points WHERE run_id = ?"
+_NEW_TOKEN = "UPDATE runs SET ingest_token = {mark} WHERE id = {mark}"
+
+
+def seal_stopped(conn: Connection, run_id: int) -> None:
+    """A run that is not running (it stopped, or points reached it after it stopped): its open ranges
+    packed into ``metric_chunks`` (:func:`segments.seal_stopped`), then its hot points folded in."""
+    segments.seal_stopped(conn, run_id)
+    fold(conn, run_id)
+
+
+def fold(conn: Connection, run_id: int) -> int:
+    """Move every hot point of the run (not running, its row locked) into its series' open-range
+    segment; the number of points moved."""
+    pg = conn.dialect.name in PENDING_DIALECTS
+    taken = pending.take(conn, run_id) if pg else Columns.empty()
+    if len(taken):  # the rows of series_latest that lag behind the pending rows (revision 0020) caught up
+        write_taken(conn, run_id, taken, np.empty(0, dtype=np.int64))
+    if pg:
+        rows = conn.exec_driver_sql(_TAKE_PG, (run_id,)).cursor.fetchall()
+    else:
+        rows = conn.exec_driver_sql(_READ_SQLITE, (run_id,)).cursor.fetchall()
+        if rows:
+            conn.exec_driver_sql(_DELETE_SQLITE, (run_id,))
+    hot = Columns.join([taken, Columns.of_rows(rows)])
+    if not len(hot):
+        return 0
+    extra: dict[tuple[int, int, int], list[Any]] = defaultdict(list)
+    chunk = hot.step // CHUNK_STEPS
+    for n, la, s, t, v, c in zip(*(x.tolist() for x in (hot.ids, hot.layer, hot.step, hot.tokens, hot.value, chunk))):
+        extra[(n, la, seg_floor(c))].append((n, la, s, None if t == segcodec.NULL_INT else t, v))
+    targets = []
+    for (n, la, c0), pts in extra.items():
+        targets.append((n, la, c0, pts[-1][2] // CHUNK_STEPS + 1))  # step-sorted: the last point's chunk
+    segments.pack(conn, run_id, targets, extra, tables=segments.STOPPED, sealed=False)
+    _new_token(conn, run_id)
+    return len(hot)
+
+
+def unfold(conn: Connection, run_id: int, new_token: bool = True) -> int:
+    """Put the run's folded points (those at or past their series' sealed boundary) back into
+    ``metric_points``, the rest of each folded segment repacked; the number of points put back.
+    ``new_token`` False: the caller's batch swapped the run's token already."""
+    steps, _values = latest_steps(conn, run_id)
+    if not steps:
+        return 0
+    firsts = {}
+    for code, latest in steps.items():
+        n, la = code >> CODE_LAYER_BITS, (code & ((1 << CODE_LAYER_BITS) - 1)) - 1
+        edge = boundary(latest) // CHUNK_STEPS
+        firsts[(n, la)] = (seg_floor(edge), edge)
+    ranges = [(n, la, c0, c0) for (n, la), (c0, _e) in firsts.items()]
+    found = read_in_ranges(conn, run_id, "t.chunk, t.data", segments.CHUNK_ROWS, "chunk", "", ranges)
+    hot: list[tuple[Any, ...]] = []
+    cut, below = [], {}
+    for n, la, c0, blob in found:
+        blob = bytes(blob)
+        edge = firsts[(int(n), int(la))][1]
+        if segcodec.version(blob) != segcodec.VERSION or int(c0) + segcodec.span(blob) <= edge:
+            continue
+        s, t, v = segcodec.decode(int(c0) * CHUNK_STEPS, blob)
+        cut.append((int(n), int(la), int(c0), int(c0) + segcodec.span(blob)))
+        keep = s < edge * CHUNK_STEPS
+        rows = _rows(int(n), int(la), s, t, v)
+        hot += [(run_id, *r) for r, k in zip(rows, keep.tolist()) if not k]
+        if keep.any():
+            below[(int(n), int(la), int(c0))] = [r for r, k in zip(rows, keep.tolist()) if k]
+    if not cut:
+        return 0
+    for table in segments.STOPPED.cleared:
+        segments.delete(conn, run_id, cut, table)
+    back = [(n, la, c0, firsts[(n, la)][1]) for (n, la, c0) in below]
+    segments.pack(conn, run_id, back, below, tables=segments.STOPPED)
+    if hot:
+        bulk_write(conn, "metric_points", _POINT_COLUMNS, _POINT_TYPES, hot, _POINT_KEY, _POINT_SET)
+    if new_token:
+        _new_token(conn, run_id)
+    return len(hot)
+
+
+def _rows(n: int, la: int, steps: np.ndarray, tokens: np.ndarray, values: np.ndarray) -> list[tuple[Any, ...]]:
+    """(name_id, layer, step, tokens or None, value or None) rows of decoded points (NaN stored as NULL)."""
+    out = []
+    for s, t, v in zip(steps.tolist(), tokens.tolist(), values.tolist()):
+        out.append((n, la, s, None if t == segcodec.NULL_INT else t, None if v != v else v))
+    return out
+
+
+def _new_token(conn: Connection, run_id: int) -> None:
+    mark = "%s" if conn.dialect.name == "postgresql" else "?"
+    conn.exec_driver_sql(_NEW_TOKEN.format(mark=mark), (new_token(), run_id))

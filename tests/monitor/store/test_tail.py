@@ -1,0 +1,160 @@
+"""A stopped run's last, unsealed steps folded into its segments and put back when it writes again
+(:mod:`monitor.store.tail`). Every check reads through a second store whose process caches know
+nothing, and compares every stored point, bit for bit, with what was sent."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+
+from hyperwatch.hooks.schema import Point
+from hyperwatch.monitor.store import SqlStore, chunks, segcodec
+from hyperwatch.monitor.store.models import CHUNK_STEPS
+
+NAMES, LAYERS = ("m0", "m1"), 2
+
+
+def value(name: str, layer: int | None, step: int) -> float:
+    special = {("m1", 1, 37): math.nan, ("m1", 0, 38): math.inf, ("m0", 1, 36): -math.inf}
+    if (name, layer, step) in special:
+        return special[(name, layer, step)]
+    if (name, layer, step) == ("m0", 0, 38):
+        return 1e6  # the series' max, in its last steps
+    return step * 1.5 + NAMES.index(name) * 0.25 + (layer or 0) / 8 if name in NAMES else 5.0 - step / 100
+
+
+def points(steps: range, tokens: bool = True) -> list[Point]:
+    out = []
+    for s in steps:
+        out += [Point(n, s, value(n, la, s), layer=la, tokens=s * 512 if tokens else None) for n in NAMES for la in range(LAYERS)]
+        out.append(Point("loss", s, value("loss", None, s)))
+    return out
+
+
+class Run:
+    def __init__(self, store: SqlStore, db_url: str) -> None:
+        self.store, self.url = store, db_url
+        self.id = store.upsert_run("default", "r", {"status": "running"})[0].id
+        self.sent: dict[tuple[str, int | None, int], float] = {}
+
+    def write(self, steps: range, per_batch: int = 1, tokens: bool = True) -> None:
+        pts = points(steps, tokens)
+        for s0 in range(steps.start, steps.stop, per_batch):
+            batch = [p for p in pts if s0 <= p.step < s0 + per_batch]
+            self.store.ingest(self.id, uuid.uuid4().hex, batch)
+            self.sent.update({(p.name, p.layer, p.step): p.value for p in batch})
+
+    def status(self, status: str) -> None:
+        self.store.update_run(self.id, {"status": status})
+
+    def hot_rows(self) -> int:
+        with self.store.engine.connect() as conn:
+            n = conn.execute(text("SELECT count(*) FROM metric_points WHERE run_id = :r"), {"r": self.id}).scalar()
+            if conn.dialect.name == "postgresql":
+                n += conn.execute(text("SELECT count(*) FROM point_batches WHERE run_id = :r"), {"r": self.id}).scalar()
+        return int(n)
+
+    def check_every_point(self) -> None:
+        """Every point sent reads back once, bit for bit (NaN and infinities too), through a fresh store."""
+        other = SqlStore(self.url)
+        try:
+            with other.engine.connect() as conn:
+                ids = dict(conn.execute(text("SELECT id, name FROM metric_names")).all())
+                got = {}
+                for _r, n, la, s, _t, v in chunks.all_points(conn, self.id):
+                    key = (ids[n], None if la == -1 else la, s)
+                    assert key not in got, f"{key} stored twice"
+                    got[key] = math.nan if v is None else v
+            assert set(got) == set(self.sent)
+            for key, v in self.sent.items():
+                assert np.float64(got[key]).tobytes() == np.float64(v).tobytes() or (math.isnan(v) and math.isnan(got[key]))
+            latest = {(s.name, s.layer): s.step for s in other.list_series(self.id)}
+            top = max(s for _n, _l, s in self.sent)
+            assert latest[("m0", 0)] == top and latest[("loss", None)] == top
+        finally:
+            other.close()
+
+    def spans(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """Per series (name id, layer): its newest chunk row's (first chunk, chunks covered)."""
+        with self.store.engine.connect() as conn:
+            rows = conn.execute(text("SELECT name_id, layer, chunk FROM chunk_rows WHERE run_id = :r"), {"r": self.id})
+            keys = [(int(n), int(la), int(c)) for n, la, c in rows]
+            out = {}
+            for n, la, c in sorted(keys):
+                blob = conn.execute(
+                    text("SELECT data FROM chunk_rows WHERE run_id = :r AND name_id = :n AND layer = :l AND chunk = :c"),
+                    {"r": self.id, "n": n, "l": la, "c": c},
+                ).scalar()
+                out[(n, la)] = (c, segcodec.span(bytes(blob)) if segcodec.version(bytes(blob)) == segcodec.VERSION else 1)
+        return out
+
+
+@pytest.fixture
+def run(store: SqlStore, db_url: str) -> Iterator[Run]:
+    yield Run(store, db_url)
+
+
+def test_a_stopped_run_keeps_no_hot_rows_and_every_point(run: Run) -> None:
+    run.write(range(39))  # steps 32-38 unsealed (boundary 32): hot rows, on PostgreSQL partly pending
+    assert run.hot_rows() > 0
+    run.status("finished")
+    assert run.hot_rows() == 0
+    run.check_every_point()
+    # the folded segment reaches the chunk of the last steps: chunks 0-2 (steps 0-47)
+    assert set(run.spans().values()) == {(0, 3)}
+    other = SqlStore(run.url)
+    try:
+        loss = other.series_summaries([run.id], ["loss"])[(run.id, "loss")]  # its minimum: the last step's
+        assert (loss.last_step, loss.min_step, loss.min) == (38, 38, value("loss", None, 38))
+        window = other.series(run.id, "m0", 0, 100, None, None)
+        assert [p.step for p in window.points][-3:] == [36, 37, 38] and window.points[-1].value == 1e6
+    finally:
+        other.close()
+
+
+def test_a_run_that_runs_again_gets_its_last_steps_back(run: Run) -> None:
+    run.write(range(39))
+    run.status("finished")
+    run.status("running")
+    assert run.hot_rows() > 0  # the writers' layout again: steps 32-38 hot, the segment up to the boundary
+    assert set(run.spans().values()) == {(0, 2)}
+    run.write(range(39, 70))
+    run.check_every_point()
+    run.status("interrupted")
+    assert run.hot_rows() == 0
+    run.check_every_point()
+
+
+def test_points_that_reach_a_stopped_run_are_folded_with_the_rest(run: Run) -> None:
+    run.write(range(39))
+    run.status("finished")
+    run.write(range(39, 42))  # after the stop: appended
+    late = [Point("m0", 37, -7.0, layer=0), Point("m1", 5, 123.0, layer=1)]  # a folded step and a sealed one, corrected
+    run.store.ingest(run.id, uuid.uuid4().hex, late)
+    run.sent.update({(p.name, p.layer, p.step): p.value for p in late})
+    assert run.hot_rows() == 0
+    run.check_every_point()
+
+
+def test_a_tail_that_ends_its_range_makes_no_rollup_until_the_range_seals(run: Run) -> None:
+    run.write(range(1022), per_batch=64, tokens=False)  # the last chunk of range 0 (steps 1008-1023) unsealed
+    run.status("finished")
+    assert run.hot_rows() == 0
+    assert set(run.spans().values()) == {(0, 1024 // CHUNK_STEPS)}
+    with run.store.engine.connect() as conn:
+        rollups = conn.execute(text("SELECT count(*) FROM metric_rollups WHERE run_id = :r"), {"r": run.id}).scalar()
+    assert rollups == 0  # the range is not sealed: its points are read from the row, its max from the row's own
+    run.check_every_point()
+    run.status("running")
+    run.write(range(1022, 1030), per_batch=8, tokens=False)
+    run.status("finished")
+    with run.store.engine.connect() as conn:
+        rollups = conn.execute(text("SELECT count(*) FROM metric_rollups WHERE run_id = :r"), {"r": run.id}).scalar()
+    assert rollups == 5  # range 0 sealed now: a level-2 row per series
+    assert set(run.spans().values()) == {(64, 1)}  # and steps 1024-1029 folded into range 1's first chunk
+    run.check_every_point()
