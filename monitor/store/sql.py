@@ -198,11 +198,12 @@ class SqlStore(IncidentsMixin, LearningMixin, SeriesMixin, SummaryMixin, Webhook
                 group, _ = self._upsert_group(conn, project_id, fields["group"], {})
                 values["group_id"] = group
         values["updated_at"] = now_utc()
+        was = conn.execute(select(RunRow.status).where(RunRow.id == run_id)).scalar() if "status" in values else None
         conn.execute(update(RunRow).where(RunRow.id == run_id).values(**values))
         if values.get("status", ACTIVE_STATUS) != ACTIVE_STATUS:  # stopped: its open ranges and hot points packed
             tail.seal_stopped(conn, run_id)
-        elif "status" in values:  # running (again): its last steps hot rows, as the writers expect (store.tail)
-            tail.unfold(conn, run_id)
+        elif "status" in values and was not in (None, ACTIVE_STATUS):  # running again: its last steps hot rows,
+            tail.unfold(conn, run_id)  # as the writers expect them (store.tail)
         if "tags" in fields:
             conn.execute(delete(RunTagRow).where(RunTagRow.run_id == run_id))
             if fields["tags"]:

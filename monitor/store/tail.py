@@ -26,11 +26,13 @@ reads them again.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 from sqlalchemy.engine import Connection
 
+from hyperwatch.hooks.columns import NULL_INT
 from hyperwatch.monitor.store import pending, segcodec, segments
 from hyperwatch.monitor.store.bulk import bulk_write, read_in_ranges
 from hyperwatch.monitor.store.chunks import seg_floor
@@ -40,6 +42,7 @@ from hyperwatch.monitor.store.latest import latest_steps, write_taken
 from hyperwatch.monitor.store.models import CHUNK_STEPS, PENDING_DIALECTS
 from hyperwatch.monitor.store.points import _POINT_COLUMNS, _POINT_KEY, _POINT_SET, _POINT_TYPES
 from hyperwatch.monitor.store.seal import CODE_LAYER_BITS, Columns
+
 _TAKE_PG = "DELETE FROM metric_points WHERE run_id = %s RETURNING name_id, layer, step, tokens, value"
 _READ_SQLITE = "SELECT name_id, layer, step, tokens, value FROM metric_points WHERE run_id = ?"
 _DELETE_SQLITE = "DELETE FROM metric_points WHERE run_id = ?"
@@ -72,7 +75,7 @@ def fold(conn: Connection, run_id: int) -> int:
     extra: dict[tuple[int, int, int], list[Any]] = defaultdict(list)
     chunk = hot.step // CHUNK_STEPS
     for n, la, s, t, v, c in zip(*(x.tolist() for x in (hot.ids, hot.layer, hot.step, hot.tokens, hot.value, chunk))):
-        extra[(n, la, seg_floor(c))].append((n, la, s, None if t == segcodec.NULL_INT else t, v))
+        extra[(n, la, seg_floor(c))].append((n, la, s, None if t == NULL_INT else t, v))
     targets = []
     for (n, la, c0), pts in extra.items():
         targets.append((n, la, c0, pts[-1][2] // CHUNK_STEPS + 1))  # step-sorted: the last point's chunk
@@ -81,11 +84,14 @@ def fold(conn: Connection, run_id: int) -> int:
     return len(hot)
 
 
-def unfold(conn: Connection, run_id: int, new_token: bool = True) -> int:
+def unfold(conn: Connection, run_id: int, codes: Iterable[int] | None = None, new_token: bool = True) -> int:
     """Put the run's folded points (those at or past their series' sealed boundary) back into
     ``metric_points``, the rest of each folded segment repacked; the number of points put back.
-    ``new_token`` False: the caller's batch swapped the run's token already."""
+    ``codes``: only these series (:func:`seal.series_code`: a batch's own; the writers need no other
+    series unfolded). ``new_token`` False: the caller's batch swapped the run's token already."""
     steps, _values = latest_steps(conn, run_id)
+    if codes is not None:
+        steps = {c: steps[c] for c in codes if c in steps}
     if not steps:
         return 0
     firsts = {}
@@ -126,7 +132,7 @@ def _rows(n: int, la: int, steps: np.ndarray, tokens: np.ndarray, values: np.nda
     """(name_id, layer, step, tokens or None, value or None) rows of decoded points (NaN stored as NULL)."""
     out = []
     for s, t, v in zip(steps.tolist(), tokens.tolist(), values.tolist()):
-        out.append((n, la, s, None if t == segcodec.NULL_INT else t, None if v != v else v))
+        out.append((n, la, s, None if t == NULL_INT else t, None if v != v else v))
     return out
 
 

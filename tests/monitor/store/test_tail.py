@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -31,7 +32,11 @@ def value(name: str, layer: int | None, step: int) -> float:
 def points(steps: range, tokens: bool = True) -> list[Point]:
     out = []
     for s in steps:
-        out += [Point(n, s, value(n, la, s), layer=la, tokens=s * 512 if tokens else None) for n in NAMES for la in range(LAYERS)]
+        out += [
+            Point(n, s, value(n, la, s), layer=la, tokens=s * 512 if tokens else None)
+            for n in NAMES
+            for la in range(LAYERS)
+        ]
         out.append(Point("loss", s, value("loss", None, s)))
     return out
 
@@ -51,6 +56,7 @@ class Run:
 
     def status(self, status: str) -> None:
         self.store.update_run(self.id, {"status": status})
+        self.store.hot_vacuum.wait()  # a stop's vacuum of the hot tables done: a migration's lock waits for no chore
 
     def hot_rows(self) -> int:
         with self.store.engine.connect() as conn:
@@ -72,7 +78,9 @@ class Run:
                     got[key] = math.nan if v is None else v
             assert set(got) == set(self.sent)
             for key, v in self.sent.items():
-                assert np.float64(got[key]).tobytes() == np.float64(v).tobytes() or (math.isnan(v) and math.isnan(got[key]))
+                assert np.float64(got[key]).tobytes() == np.float64(v).tobytes() or (
+                    math.isnan(v) and math.isnan(got[key])
+                )
             latest = {(s.name, s.layer): s.step for s in other.list_series(self.id)}
             top = max(s for _n, _l, s in self.sent)
             assert latest[("m0", 0)] == top and latest[("loss", None)] == top
@@ -87,10 +95,15 @@ class Run:
             out = {}
             for n, la, c in sorted(keys):
                 blob = conn.execute(
-                    text("SELECT data FROM chunk_rows WHERE run_id = :r AND name_id = :n AND layer = :l AND chunk = :c"),
+                    text(
+                        "SELECT data FROM chunk_rows WHERE run_id = :r AND name_id = :n AND layer = :l AND chunk = :c"
+                    ),
                     {"r": self.id, "n": n, "l": la, "c": c},
                 ).scalar()
-                out[(n, la)] = (c, segcodec.span(bytes(blob)) if segcodec.version(bytes(blob)) == segcodec.VERSION else 1)
+                out[(n, la)] = (
+                    c,
+                    segcodec.span(bytes(blob)) if segcodec.version(bytes(blob)) == segcodec.VERSION else 1,
+                )
         return out
 
 
@@ -157,4 +170,93 @@ def test_a_tail_that_ends_its_range_makes_no_rollup_until_the_range_seals(run: R
         rollups = conn.execute(text("SELECT count(*) FROM metric_rollups WHERE run_id = :r"), {"r": run.id}).scalar()
     assert rollups == 5  # range 0 sealed now: a level-2 row per series
     assert set(run.spans().values()) == {(64, 1)}  # and steps 1024-1029 folded into range 1's first chunk
+    run.check_every_point()
+
+
+BEFORE, AFTER = "0020_latest_lags", "0021_stopped_tails"
+
+
+def _folded(run: Run) -> bool:
+    return run.hot_rows() == 0 and set(run.spans().values()) == {(0, 3)}
+
+
+def test_0021_folds_stopped_runs_and_its_downgrade_puts_them_back(run: Run) -> None:
+    from hyperwatch.monitor.store import migrate
+
+    run.write(range(39))
+    run.status("finished")
+    live = Run.__new__(Run)  # a second run, still running: neither direction touches it
+    live.store, live.url, live.sent = run.store, run.url, {}
+    live.id = run.store.upsert_run("default", "live", {"status": "running"})[0].id
+    live.write(range(39))
+    hot_live = live.hot_rows()
+    migrate.downgrade(run.store.engine, BEFORE)
+    assert run.hot_rows() > 0 and set(run.spans().values()) == {(0, 2)}  # the layout the code before expects
+    run.check_every_point()
+    migrate.upgrade(run.store.engine)
+    assert migrate.current_revision(run.store.engine) == AFTER == migrate.head_revision()
+    assert _folded(run) and live.hot_rows() == hot_live
+    run.check_every_point()
+    live.check_every_point()
+
+
+@pytest.mark.parametrize("move", ["up", "down"])
+def test_0021_waits_for_a_writer_inside_and_moves_its_point(run: Run, move: str) -> None:
+    """A writer inside the hot rows when the migration starts (a late step of the stopped run, written and
+    not committed): the migration waits behind its lock, then moves that point with the rest."""
+    import sqlite3
+    import threading
+
+    import psycopg
+
+    from hyperwatch.monitor.store import migrate
+
+    run.write(range(39))
+    run.status("finished")
+    migrate.downgrade(run.store.engine, BEFORE)  # the run's tail hot, as the code before 0021 left it
+    if move == "down":
+        migrate.upgrade(run.store.engine)
+    pg = run.store.engine.dialect.name == "postgresql"
+    with run.store.engine.connect() as conn:
+        m0 = conn.execute(text("SELECT id FROM metric_names WHERE name = 'm0'")).scalar_one()
+    if pg:
+        writer: Any = psycopg.connect(run.url.replace("+psycopg", ""))
+    else:
+        writer = sqlite3.connect(run.url.removeprefix("sqlite:///"), isolation_level=None)
+        writer.execute("BEGIN IMMEDIATE")
+    mark = "%s" if pg else "?"
+    # step 33 of m0 layer 1, corrected: hot under either revision (past the boundary 32)
+    writer.execute(
+        f"DELETE FROM metric_points WHERE run_id = {mark} AND name_id = {mark} AND layer = 1 AND step = 33",
+        (run.id, m0),
+    )
+    if move == "up":
+        writer.execute(f"INSERT INTO metric_points VALUES ({mark}, {mark}, 1, 33, NULL, -33.0)", (run.id, m0))
+    failed: list[BaseException] = []
+
+    def migration() -> None:
+        try:
+            if move == "up":
+                migrate.upgrade(run.store.engine)
+            else:
+                migrate.downgrade(run.store.engine, BEFORE)
+        except BaseException as exc:  # reported below
+            failed.append(exc)
+
+    mover = threading.Thread(target=migration, daemon=True)
+    mover.start()
+    mover.join(1.0)
+    assert mover.is_alive(), "the migration finished while a writer was inside the tables it moves"
+    if pg:
+        writer.commit()
+    else:
+        writer.execute("COMMIT")
+    writer.close()
+    mover.join(60)
+    assert not mover.is_alive() and not failed, failed
+    if move == "up":
+        run.sent[("m0", 1, 33)] = -33.0
+        assert _folded(run)
+    else:
+        assert run.hot_rows() > 0
     run.check_every_point()
