@@ -305,34 +305,42 @@ def test_0006_downgrade_waits_for_a_writer_inside_and_moves_its_batch(db_url: st
             writer = sqlite3.connect(db_url.removeprefix("sqlite:///"), isolation_level=None)
             writer.execute("BEGIN IMMEDIATE")
         (_pending_batch if pg else _chunk_batch)(writer)  # written, not committed yet
-        failed: list[BaseException] = []
-
-        def downgrade() -> None:
-            try:
-                migrate.downgrade(store.engine, "0005_metric_chunks")
-            except BaseException as exc:  # reported below
-                failed.append(exc)
-
-        mover = threading.Thread(target=downgrade, daemon=True)
-        mover.start()
-        deadline = time.monotonic() + 30
-        while pg and time.monotonic() < deadline and not _someone_waits_on_a_lock(db_url):
-            time.sleep(0.05)  # the migration is queued behind the writer's lock
-        mover.join(0.5)
-        assert mover.is_alive(), "the migration finished while a writer was inside the tables it moves"
-        if pg:
-            writer.commit()
-        else:
-            writer.execute("COMMIT")
-        writer.close()
-        mover.join(60)
-        assert not mover.is_alive() and not failed, failed
+        behind_writer(db_url, writer, lambda: migrate.downgrade(store.engine, "0005_metric_chunks"))
         assert migrate.current_revision(store.engine) == "0005_metric_chunks"
         batch = {41} if pg else set(range(16, 32))
         stored = _stored_steps(store.engine)
         assert before | batch <= stored, f"lost: {sorted((before | batch) - stored)}"
     finally:
         store.close()
+
+
+def behind_writer(url: str, writer: Any, migration: Callable[[], None]) -> None:
+    """Run ``migration`` while ``writer`` (a DB-API connection inside a write transaction: PostgreSQL's
+    psycopg, or SQLite's after ``BEGIN IMMEDIATE``) has written and not committed: it must still be
+    waiting when the writer commits, and then finish without an error."""
+    failed: list[BaseException] = []
+
+    def move() -> None:
+        try:
+            migration()
+        except BaseException as exc:  # reported below
+            failed.append(exc)
+
+    pg = not isinstance(writer, sqlite3.Connection)
+    mover = threading.Thread(target=move, daemon=True)
+    mover.start()
+    deadline = time.monotonic() + 30
+    while pg and time.monotonic() < deadline and not _someone_waits_on_a_lock(url):
+        time.sleep(0.05)  # the migration is queued behind the writer's lock
+    mover.join(0.5)
+    assert mover.is_alive(), "the migration finished while a writer was inside the tables it moves"
+    if pg:
+        writer.commit()
+    else:
+        writer.execute("COMMIT")
+    writer.close()
+    mover.join(60)
+    assert not mover.is_alive() and not failed, failed
 
 
 def _someone_waits_on_a_lock(url: str) -> bool:

@@ -205,11 +205,11 @@ def test_0021_waits_for_a_writer_inside_and_moves_its_point(run: Run, move: str)
     """A writer inside the hot rows when the migration starts (a late step of the stopped run, written and
     not committed): the migration waits behind its lock, then moves that point with the rest."""
     import sqlite3
-    import threading
 
     import psycopg
 
     from hyperwatch.monitor.store import migrate
+    from tests.monitor.store.test_migration_writers import behind_writer
 
     run.write(range(39))
     run.status("finished")
@@ -232,28 +232,8 @@ def test_0021_waits_for_a_writer_inside_and_moves_its_point(run: Run, move: str)
     )
     if move == "up":
         writer.execute(f"INSERT INTO metric_points VALUES ({mark}, {mark}, 1, 33, NULL, -33.0)", (run.id, m0))
-    failed: list[BaseException] = []
-
-    def migration() -> None:
-        try:
-            if move == "up":
-                migrate.upgrade(run.store.engine)
-            else:
-                migrate.downgrade(run.store.engine, BEFORE)
-        except BaseException as exc:  # reported below
-            failed.append(exc)
-
-    mover = threading.Thread(target=migration, daemon=True)
-    mover.start()
-    mover.join(1.0)
-    assert mover.is_alive(), "the migration finished while a writer was inside the tables it moves"
-    if pg:
-        writer.commit()
-    else:
-        writer.execute("COMMIT")
-    writer.close()
-    mover.join(60)
-    assert not mover.is_alive() and not failed, failed
+    target = migrate.upgrade if move == "up" else lambda engine: migrate.downgrade(engine, BEFORE)
+    behind_writer(run.url, writer, lambda: target(run.store.engine))
     if move == "up":
         run.sent[("m0", 1, 33)] = -33.0
         assert _folded(run)
