@@ -35,7 +35,7 @@ def upgrade() -> None:
     conn = op.get_bind()
     packing.lock_for_move(conn, LOCKED)
     for (run_id,) in conn.execute(_STOPPED).all():
-        tail.fold(conn, int(run_id))
+        tail.seal_stopped(conn, int(run_id))
 
 
 def downgrade() -> None:

@@ -134,12 +134,6 @@ def open_ranges(conn: Connection, run_id: int) -> list[Target]:
     return sorted(out)
 
 
-def seal_stopped(conn: Connection, run_id: int) -> None:
-    """A run that is not running: nothing will seal its open ranges for a while, so they are packed
-    into ``metric_chunks`` now (when it stops, and when points reach it after that)."""
-    pack(conn, run_id, open_ranges(conn, run_id), tables=STOPPED)
-
-
 def pack(
     conn: Connection,
     run_id: int,

@@ -7,9 +7,9 @@ row per point with its key and header (~60 bytes on SQLite, ~100 with its index 
 where a segment spends ~5. On the real-hooks fixture of ``bench/storage.py`` (runs of 200 steps,
 50-point series) they were 12% of SQLite's bytes.
 
-:func:`fold` (when a run stops, and after points reached a stopped run: :func:`segments.seal_stopped`)
-moves them into the partial segment of their series' open range in ``metric_chunks``, whose span
-then reaches past ``B`` (never a whole segment, never a rollup row: the range is not sealed).
+:func:`seal_stopped` (when a run stops, and after points reached a stopped run) moves them into the
+partial segment of their series' open range in ``metric_chunks``, packed with the open range in one
+write, whose span then reaches past ``B`` (never a whole segment, never a rollup row: the range is not sealed).
 Readers need nothing: every read of points takes the chunk rows and the hot rows of its range
 together, and every reader of extremes takes the open range's chunk rows with their own min and max.
 
@@ -49,16 +49,10 @@ _DELETE_SQLITE = "DELETE FROM metric_points WHERE run_id = ?"
 _NEW_TOKEN = "UPDATE runs SET ingest_token = {mark} WHERE id = {mark}"
 
 
-def seal_stopped(conn: Connection, run_id: int) -> None:
-    """A run that is not running (it stopped, or points reached it after it stopped): its open ranges
-    packed into ``metric_chunks`` (:func:`segments.seal_stopped`), then its hot points folded in."""
-    segments.seal_stopped(conn, run_id)
-    fold(conn, run_id)
-
-
-def fold(conn: Connection, run_id: int) -> int:
-    """Move every hot point of the run (not running, its row locked) into its series' open-range
-    segment; the number of points moved."""
+def seal_stopped(conn: Connection, run_id: int) -> int:
+    """A run that is not running (it stopped, or points reached it after it stopped; its row locked):
+    each series' open range (its partial segment, 16-step chunks) and hot points packed into one row of
+    ``metric_chunks`` at once, so no row is written twice; the number of hot points moved."""
     pg = conn.dialect.name in PENDING_DIALECTS
     taken = pending.take(conn, run_id) if pg else Columns.empty()
     if len(taken):  # the rows of series_latest that lag behind the pending rows (revision 0020) caught up
@@ -70,17 +64,17 @@ def fold(conn: Connection, run_id: int) -> int:
         if rows:
             conn.exec_driver_sql(_DELETE_SQLITE, (run_id,))
     hot = Columns.join([taken, Columns.of_rows(rows)])
-    if not len(hot):
-        return 0
+    ends = {(n, la, c0): end for n, la, c0, end in segments.open_ranges(conn, run_id)}
     extra: dict[tuple[int, int, int], list[Any]] = defaultdict(list)
     chunk = hot.step // CHUNK_STEPS
     for n, la, s, t, v, c in zip(*(x.tolist() for x in (hot.ids, hot.layer, hot.step, hot.tokens, hot.value, chunk))):
-        extra[(n, la, seg_floor(c))].append((n, la, s, None if t == NULL_INT else t, v))
-    targets = []
-    for (n, la, c0), pts in extra.items():
-        targets.append((n, la, c0, pts[-1][2] // CHUNK_STEPS + 1))  # step-sorted: the last point's chunk
+        key = (n, la, seg_floor(c))
+        extra[key].append((n, la, s, None if t == NULL_INT else t, v))
+        ends[key] = max(ends.get(key, 0), c + 1)
+    targets = [(n, la, c0, end) for (n, la, c0), end in sorted(ends.items())]
     segments.pack(conn, run_id, targets, extra, tables=segments.STOPPED, sealed=False)
-    _new_token(conn, run_id)
+    if len(hot):
+        _new_token(conn, run_id)
     return len(hot)
 
 
