@@ -126,6 +126,16 @@ def test_a_stopped_run_keeps_no_hot_rows_and_every_point(run: Run) -> None:
         assert (loss.last_step, loss.min_step, loss.min) == (38, 38, value("loss", None, 38))
         window = other.series(run.id, "m0", 0, 100, None, None)
         assert [p.step for p in window.points][-3:] == [36, 37, 38] and window.points[-1].value == 1e6
+        # the detectors' reads, the layer matrix and the live page's newest step, from the folded rows
+        trail = other.trailing_points(run.id, [("m0", 0, 39), ("m1", 1, 38)], 10)
+        assert trail[0] == [(s, value("m0", 0, s)) for s in range(29, 39)]
+        assert [s for s, _v in trail[1]] == list(range(28, 38)) and math.isnan(trail[1][-1][1])
+        maxima = other.step_maxima(run.id, [("m0", 38)], 4)[0]
+        assert maxima == [(s, max(value("m0", la, s) for la in range(LAYERS))) for s in range(35, 39)]
+        matrix = other.layer_matrix(run.id, "m1", 39, None, None)
+        assert matrix.bucket_starts[-1] == 38 and matrix.values[0][-1] == math.inf
+        newest = {(n, la): v for n, la, v in other.newest_points(run.id, 38) or []}
+        assert newest[("m0", 0)] == 1e6 and newest[("loss", None)] == value("loss", None, 38)
     finally:
         other.close()
 
