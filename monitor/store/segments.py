@@ -8,7 +8,9 @@ Layout, for a series whose sealed boundary (:func:`monitor.store.compact.boundar
   finest level, ``ROLLUP_LEVELS``) is written with it, from the same columns;
 - the open range (the one holding ``B``) is a partial segment row covering its first ``span``
   chunks, packed whenever ``B`` passes a multiple of ``PACK_STEPS`` and when the run stops running,
-  then version-1 chunks of 16 steps (at most 15 after a pack), then the hot points.
+  then version-1 chunks of 16 steps (at most 15 after a pack), then the hot points. A stopped run's
+  hot points are packed into that partial segment too (its span then reaches past ``B``, revision
+  0021: :mod:`monitor.store.tail`).
 
 Rows never overlap, and every row lies inside one aligned range, so a read of chunks ``[ca, cb]``
 starts at ``ca``'s range's first chunk (:mod:`monitor.store.chunks`). A pack reads every row of a

@@ -156,7 +156,8 @@ class SeriesMixin:
                     batch = SortedBatch.of(columns, ids)
                     held = self.held_points if conn.dialect.name == "sqlite" else None
                     if not running:  # its last steps put back where the writers expect them (store.tail)
-                        tail.unfold(conn, run_id, batch.codes.tolist(), new_token=False)
+                        mine = {c: known[0][c] for c in batch.codes.tolist() if c in known[0]}
+                        tail.unfold(conn, run_id, mine, new_token=False)
                     moved, committed = store_points(conn, self.latest_steps, run_id, token, batch, known, held, prior)
                     if not running:  # points after the run stopped: its open ranges and last steps packed again
                         tail.seal_stopped(conn, run_id)

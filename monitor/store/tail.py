@@ -26,7 +26,7 @@ reads them again.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -78,14 +78,14 @@ def seal_stopped(conn: Connection, run_id: int) -> int:
     return len(hot)
 
 
-def unfold(conn: Connection, run_id: int, codes: Iterable[int] | None = None, new_token: bool = True) -> int:
+def unfold(conn: Connection, run_id: int, steps: Mapping[int, int] | None = None, new_token: bool = True) -> int:
     """Put the run's folded points (those at or past their series' sealed boundary) back into
     ``metric_points``, the rest of each folded segment repacked; the number of points put back.
-    ``codes``: only these series (:func:`seal.series_code`: a batch's own; the writers need no other
-    series unfolded). ``new_token`` False: the caller's batch swapped the run's token already."""
-    steps, _values = latest_steps(conn, run_id)
-    if codes is not None:
-        steps = {c: steps[c] for c in codes if c in steps}
+    ``steps``: only these series (:func:`seal.series_code` -> latest step: a batch's own, as its writer
+    knows them; the writers need no other series unfolded), else all of the run's, read. ``new_token``
+    False: the caller's batch swapped the run's token already."""
+    if steps is None:
+        steps = latest_steps(conn, run_id)[0]
     if not steps:
         return 0
     firsts = {}
