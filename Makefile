@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/storage.py
 	$(BIN)/python bench/storage_parts.py
 	$(BIN)/python bench/store_ingest.py
+	$(BIN)/python bench/stop_cost.py
 	$(BIN)/python bench/metrics_scrape.py
 	$(BIN)/python bench/migration.py
 	$(BIN)/python bench/dashboard.py

@@ -1,6 +1,6 @@
 """A stopped run's last, unsealed steps live in its segments, not in the hot rows (issue 36).
 
-From this revision on, when a run stops (and after points reach a stopped run) each series' points
+From this revision on, when a run stops each series' points
 from its sealed boundary on are moved out of ``metric_points`` (and on PostgreSQL ``point_batches``)
 into the partial segment of its open range, whose span then reaches past the boundary; they are put
 back before the run is written again (``monitor.store.tail``). The schema does not change; what the

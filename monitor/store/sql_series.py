@@ -159,8 +159,8 @@ class SeriesMixin:
                         mine = {c: known[0][c] for c in batch.codes.tolist() if c in known[0]}
                         tail.unfold(conn, run_id, mine, new_token=False)
                     moved, committed = store_points(conn, self.latest_steps, run_id, token, batch, known, held, prior)
-                    if not running:  # points after the run stopped: its open ranges and last steps packed again
-                        tail.seal_stopped(conn, run_id)
+                    if not running:  # points after the run stopped: its open ranges packed again (0015)
+                        tail.seal_stopped(conn, run_id, fold=False)
                 detector = None if detector_for is None else detector_for(run_id, group)
                 if detector is not None:
                     # same transaction: the batch and its alerts commit together or not at all (a retried

@@ -7,16 +7,21 @@ row per point with its key and header (~60 bytes on SQLite, ~100 with its index 
 where a segment spends ~5. On the real-hooks fixture of ``bench/storage.py`` (runs of 200 steps,
 50-point series) they were 12% of SQLite's bytes.
 
-:func:`seal_stopped` (when a run stops, and after points reached a stopped run) moves them into the
+:func:`seal_stopped` (at each stop: a status other than running) moves them into the
 partial segment of their series' open range in ``metric_chunks``, packed with the open range in one
 write, whose span then reaches past ``B`` (never a whole segment, never a rollup row: the range is not sealed).
 Readers need nothing: every read of points takes the chunk rows and the hot rows of its range
 together, and every reader of extremes takes the open range's chunk rows with their own min and max.
 
 The writers assume the layout of a running run (every point at or past ``B`` hot), so before a
-stopped run is written again its folded tails are put back (:func:`unfold`): on ingest into a
-stopped run, before its points are written, and when its status returns to running. A folded row
-is told by its span: it covers the chunk ``B // CHUNK_STEPS`` of its series' latest step.
+stopped run is written again its folded tails are put back (:func:`unfold`): a batch that reaches a
+stopped run (a late flush) unfolds its own series, which then stay hot until the run's next stop, and
+a run whose status returns to running gets all of them back. A folded row is told by its span: it
+covers the chunk ``B // CHUNK_STEPS`` of its series' latest step. ``bench/stop_cost.py --against <the tree
+before>`` (512 series stopped at step 300, then 40 one-step batches; ms, SQLite / PostgreSQL): the stop
+87-88 / 95-98 against 45-47 / 53-56; the first batch after it 117-122 / 163-171 against 4 / 4-5; the next
+ones 3.8 / 4.5-5.2 against 2.9 / 2.5-2.7 (each reads its series' newest segment row to see whether it is
+folded). Folding again after each such batch made every one cost 190-230 ms, so it waits for the next stop.
 
 Both change the run's hot rows, so both give the run a new ingest token: a process that holds the
 run's hot rows or latest steps as of the old token (:mod:`.held`, :class:`ingest.LatestSteps`)
@@ -49,21 +54,13 @@ _DELETE_SQLITE = "DELETE FROM metric_points WHERE run_id = ?"
 _NEW_TOKEN = "UPDATE runs SET ingest_token = {mark} WHERE id = {mark}"
 
 
-def seal_stopped(conn: Connection, run_id: int) -> int:
-    """A run that is not running (it stopped, or points reached it after it stopped; its row locked):
-    each series' open range (its partial segment, 16-step chunks) and hot points packed into one row of
-    ``metric_chunks`` at once, so no row is written twice; the number of hot points moved."""
-    pg = conn.dialect.name in PENDING_DIALECTS
-    taken = pending.take(conn, run_id) if pg else Columns.empty()
-    if len(taken):  # the rows of series_latest that lag behind the pending rows (revision 0020) caught up
-        write_taken(conn, run_id, taken, np.empty(0, dtype=np.int64))
-    if pg:
-        rows = conn.exec_driver_sql(_TAKE_PG, (run_id,)).cursor.fetchall()
-    else:
-        rows = conn.exec_driver_sql(_READ_SQLITE, (run_id,)).cursor.fetchall()
-        if rows:
-            conn.exec_driver_sql(_DELETE_SQLITE, (run_id,))
-    hot = Columns.join([taken, Columns.of_rows(rows)])
+def seal_stopped(conn: Connection, run_id: int, fold: bool = True) -> int:
+    """A run that is not running (its row locked): each series' open range (its partial segment, 16-step
+    chunks) and, with ``fold``, its hot points packed into one row of ``metric_chunks`` at once, so no
+    row is written twice; the number of hot points moved. Without ``fold`` (points that reached the run
+    after it stopped) the series they touched keep their last steps hot until its next stop: a batch
+    that would unfold and fold them again costs ~30x a plain one."""
+    hot = _take_hot(conn, run_id) if fold else Columns.empty()
     ends = {(n, la, c0): end for n, la, c0, end in segments.open_ranges(conn, run_id)}
     extra: dict[tuple[int, int, int], list[Any]] = defaultdict(list)
     chunk = hot.step // CHUNK_STEPS
@@ -76,6 +73,21 @@ def seal_stopped(conn: Connection, run_id: int) -> int:
     if len(hot):
         _new_token(conn, run_id)
     return len(hot)
+
+
+def _take_hot(conn: Connection, run_id: int) -> Columns:
+    """Every hot point of the run, deleted from the hot tables (key-sorted)."""
+    pg = conn.dialect.name in PENDING_DIALECTS
+    taken = pending.take(conn, run_id) if pg else Columns.empty()
+    if len(taken):  # the rows of series_latest that lag behind the pending rows (revision 0020) caught up
+        write_taken(conn, run_id, taken, np.empty(0, dtype=np.int64))
+    if pg:
+        rows = conn.exec_driver_sql(_TAKE_PG, (run_id,)).cursor.fetchall()
+    else:
+        rows = conn.exec_driver_sql(_READ_SQLITE, (run_id,)).cursor.fetchall()
+        if rows:
+            conn.exec_driver_sql(_DELETE_SQLITE, (run_id,))
+    return Columns.join([taken, Columns.of_rows(rows)])
 
 
 def unfold(conn: Connection, run_id: int, steps: Mapping[int, int] | None = None, new_token: bool = True) -> int:

@@ -153,14 +153,20 @@ def test_a_run_that_runs_again_gets_its_last_steps_back(run: Run) -> None:
     run.check_every_point()
 
 
-def test_points_that_reach_a_stopped_run_are_folded_with_the_rest(run: Run) -> None:
+def test_points_that_reach_a_stopped_run_stay_hot_until_its_next_stop(run: Run) -> None:
     run.write(range(39))
     run.status("finished")
-    run.write(range(39, 42))  # after the stop: appended
     late = [Point("m0", 37, -7.0, layer=0), Point("m1", 5, 123.0, layer=1)]  # a folded step and a sealed one, corrected
     run.store.ingest(run.id, uuid.uuid4().hex, late)
     run.sent.update({(p.name, p.layer, p.step): p.value for p in late})
-    assert run.hot_rows() == 0
+    # the batch's two series unfolded (m0 0's steps 32-38, m1 1's 32-38: 14 rows), the others still folded
+    assert run.hot_rows() == 14
+    run.check_every_point()
+    run.write(range(39, 42))  # after the stop: appended to every series, which then stay hot
+    assert run.hot_rows() > 0
+    run.check_every_point()
+    run.status("failed")  # the next stop folds them all
+    assert run.hot_rows() == 0 and set(run.spans().values()) == {(0, 3)}
     run.check_every_point()
 
 
