@@ -74,8 +74,10 @@ def _run(tree: Path, db: str, steps: int, after: int) -> dict[str, float]:
     py = tree / ".venv" / "bin" / "python"
     args = [str(py if py.exists() else sys.executable), str(REPO / "bench" / "stop_cost.py"), "--child", db]
     args += ["--steps", str(steps), "--after", str(after)]
-    done = subprocess.run(args, cwd=tree, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    done = subprocess.run(args, cwd=tree, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"stop_cost in {tree} ({db}) failed:\n{done.stderr[-2000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def main(argv: list[str] | None = None) -> int:

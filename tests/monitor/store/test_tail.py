@@ -46,6 +46,7 @@ class Run:
         self.store, self.url = store, db_url
         self.id = store.upsert_run("default", "r", {"status": "running"})[0].id
         self.sent: dict[tuple[str, int | None, int], float] = {}
+        self.tokens: dict[tuple[str, int | None, int], int | None] = {}
 
     def write(self, steps: range, per_batch: int = 1, tokens: bool = True) -> None:
         pts = points(steps, tokens)
@@ -53,6 +54,7 @@ class Run:
             batch = [p for p in pts if s0 <= p.step < s0 + per_batch]
             self.store.ingest(self.id, uuid.uuid4().hex, batch)
             self.sent.update({(p.name, p.layer, p.step): p.value for p in batch})
+            self.tokens.update({(p.name, p.layer, p.step): p.tokens for p in batch})
 
     def status(self, status: str) -> None:
         self.store.update_run(self.id, {"status": status})
@@ -71,12 +73,13 @@ class Run:
         try:
             with other.engine.connect() as conn:
                 ids = dict(conn.execute(text("SELECT id, name FROM metric_names")).all())
-                got = {}
-                for _r, n, la, s, _t, v in chunks.all_points(conn, self.id):
+                got, tokens = {}, {}
+                for _r, n, la, s, t, v in chunks.all_points(conn, self.id):
                     key = (ids[n], None if la == -1 else la, s)
                     assert key not in got, f"{key} stored twice"
-                    got[key] = math.nan if v is None else v
+                    got[key], tokens[key] = (math.nan if v is None else v), t
             assert set(got) == set(self.sent)
+            assert {k: t for k, t in tokens.items() if k in self.tokens} == self.tokens
             for key, v in self.sent.items():
                 assert np.float64(got[key]).tobytes() == np.float64(v).tobytes() or (
                     math.isnan(v) and math.isnan(got[key])
@@ -159,6 +162,7 @@ def test_points_that_reach_a_stopped_run_stay_hot_until_its_next_stop(run: Run) 
     late = [Point("m0", 37, -7.0, layer=0), Point("m1", 5, 123.0, layer=1)]  # a folded step and a sealed one, corrected
     run.store.ingest(run.id, uuid.uuid4().hex, late)
     run.sent.update({(p.name, p.layer, p.step): p.value for p in late})
+    run.tokens.update({(p.name, p.layer, p.step): None for p in late})
     # the batch's two series unfolded (m0 0's steps 32-38, m1 1's 32-38: 14 rows), the others still folded
     assert run.hot_rows() == 14
     run.check_every_point()
@@ -202,7 +206,7 @@ def test_0021_folds_stopped_runs_and_its_downgrade_puts_them_back(run: Run) -> N
     run.write(range(39))
     run.status("finished")
     live = Run.__new__(Run)  # a second run, still running: neither direction touches it
-    live.store, live.url, live.sent = run.store, run.url, {}
+    live.store, live.url, live.sent, live.tokens = run.store, run.url, {}, {}
     live.id = run.store.upsert_run("default", "live", {"status": "running"})[0].id
     live.write(range(39))
     hot_live = live.hot_rows()
@@ -251,7 +255,7 @@ def test_0021_waits_for_a_writer_inside_and_moves_its_point(run: Run, move: str)
     target = migrate.upgrade if move == "up" else lambda engine: migrate.downgrade(engine, BEFORE)
     behind_writer(run.url, writer, lambda: target(run.store.engine))
     if move == "up":
-        run.sent[("m0", 1, 33)] = -33.0
+        run.sent[("m0", 1, 33)], run.tokens[("m0", 1, 33)] = -33.0, None
         assert _folded(run)
     else:
         assert run.hot_rows() > 0
