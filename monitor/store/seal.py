@@ -153,7 +153,7 @@ def _take_hot(
         return Columns.of_rows(take_hot(conn, run_id, ranges)), None
     if not ranges:
         return Columns.empty(), None if held is None else tuple(held)
-    hot = Columns.concat(held) if held is not None else Columns.of_rows(_read_hot(conn, run_id))
+    hot = Columns.concat(held) if held is not None else Columns.of_rows(read_hot(conn, run_id))
     lo, hi = min(r[2] for r in ranges), max(r[3] for r in ranges)
     want = np.array(ranges, dtype=np.int64)
     keys = series_code(want[:, 0], want[:, 1])
@@ -169,7 +169,8 @@ def _take_hot(
     return hot.take(inside), (hot.take(~inside),)
 
 
-def _read_hot(conn: Connection, run_id: int) -> list[tuple[Any, ...]]:
+def read_hot(conn: Connection, run_id: int) -> list[tuple[Any, ...]]:
+    """SQLite: every hot row of the run, (name_id, layer, step, tokens, value)."""
     return list(conn.exec_driver_sql(_READ_SQLITE, (run_id,)).cursor.fetchall())
 
 

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 from sqlalchemy.engine import Connection
 
-from hyperwatch.hooks.columns import NULL_INT
 from hyperwatch.monitor.store import pending, segcodec, segments
 from hyperwatch.monitor.store.bulk import bulk_write, read_in_ranges
 from hyperwatch.monitor.store.chunks import seg_floor
@@ -45,11 +44,17 @@ from hyperwatch.monitor.store.compact import boundary
 from hyperwatch.monitor.store.ingest import new_token
 from hyperwatch.monitor.store.latest import latest_steps, write_taken
 from hyperwatch.monitor.store.models import CHUNK_STEPS, PENDING_DIALECTS
-from hyperwatch.monitor.store.points import _POINT_COLUMNS, _POINT_KEY, _POINT_SET, _POINT_TYPES
-from hyperwatch.monitor.store.seal import CODE_LAYER_BITS, Columns
+from hyperwatch.monitor.store.points import (
+    _POINT_COLUMNS,
+    _POINT_KEY,
+    _POINT_SET,
+    _POINT_TYPES,
+    _point_rows,
+    layer_of,
+)
+from hyperwatch.monitor.store.seal import CODE_LAYER_BITS, Columns, read_hot
 
 _TAKE_PG = "DELETE FROM metric_points WHERE run_id = %s RETURNING name_id, layer, step, tokens, value"
-_READ_SQLITE = "SELECT name_id, layer, step, tokens, value FROM metric_points WHERE run_id = ?"
 _DELETE_SQLITE = "DELETE FROM metric_points WHERE run_id = ?"
 _NEW_TOKEN = "UPDATE runs SET ingest_token = {mark} WHERE id = {mark}"
 
@@ -63,10 +68,9 @@ def seal_stopped(conn: Connection, run_id: int, fold: bool = True) -> int:
     hot = _take_hot(conn, run_id) if fold else Columns.empty()
     ends = {(n, la, c0): end for n, la, c0, end in segments.open_ranges(conn, run_id)}
     extra: dict[tuple[int, int, int], list[Any]] = defaultdict(list)
-    chunk = hot.step // CHUNK_STEPS
-    for n, la, s, t, v, c in zip(*(x.tolist() for x in (hot.ids, hot.layer, hot.step, hot.tokens, hot.value, chunk))):
-        key = (n, la, seg_floor(c))
-        extra[key].append((n, la, s, None if t == NULL_INT else t, v))
+    for row, c in zip(_point_rows(hot, slice(None)), (hot.step // CHUNK_STEPS).tolist(), strict=True):
+        key = (row[0], row[1], seg_floor(c))
+        extra[key].append(row)
         ends[key] = max(ends.get(key, 0), c + 1)
     targets = [(n, la, c0, end) for (n, la, c0), end in sorted(ends.items())]
     segments.pack(conn, run_id, targets, extra, tables=segments.STOPPED, sealed=False)
@@ -84,7 +88,7 @@ def _take_hot(conn: Connection, run_id: int) -> Columns:
     if pg:
         rows = conn.exec_driver_sql(_TAKE_PG, (run_id,)).cursor.fetchall()
     else:
-        rows = conn.exec_driver_sql(_READ_SQLITE, (run_id,)).cursor.fetchall()
+        rows = read_hot(conn, run_id)
         if rows:
             conn.exec_driver_sql(_DELETE_SQLITE, (run_id,))
     return Columns.join([taken, Columns.of_rows(rows)])
@@ -102,29 +106,27 @@ def unfold(conn: Connection, run_id: int, steps: Mapping[int, int] | None = None
         return 0
     firsts = {}
     for code, latest in steps.items():
-        n, la = code >> CODE_LAYER_BITS, (code & ((1 << CODE_LAYER_BITS) - 1)) - 1
         edge = boundary(latest) // CHUNK_STEPS
-        firsts[(n, la)] = (seg_floor(edge), edge)
+        firsts[(code >> CODE_LAYER_BITS, layer_of(code))] = (seg_floor(edge), edge)
     ranges = [(n, la, c0, c0) for (n, la), (c0, _e) in firsts.items()]
     found = read_in_ranges(conn, run_id, "t.chunk, t.data", segments.CHUNK_ROWS, "chunk", "", ranges)
     hot: list[tuple[Any, ...]] = []
     cut, below = [], {}
-    for n, la, c0, blob in found:
-        blob = bytes(blob)
-        edge = firsts[(int(n), int(la))][1]
-        if segcodec.version(blob) != segcodec.VERSION or int(c0) + segcodec.span(blob) <= edge:
+    for n, la, c0, data in found:
+        n, la, c0, blob = int(n), int(la), int(c0), bytes(data)
+        edge = firsts[(n, la)][1]
+        if segcodec.version(blob) != segcodec.VERSION or c0 + segcodec.span(blob) <= edge:
             continue
-        s, t, v = segcodec.decode(int(c0) * CHUNK_STEPS, blob)
-        cut.append((int(n), int(la), int(c0), int(c0) + segcodec.span(blob)))
+        s, t, v = segcodec.decode(c0 * CHUNK_STEPS, blob)
+        cut.append((n, la, c0, c0 + segcodec.span(blob)))
+        cols = Columns(np.full(len(s), n), np.full(len(s), la), s, t, v)
         keep = s < edge * CHUNK_STEPS
-        rows = _rows(int(n), int(la), s, t, v)
-        hot += [(run_id, *r) for r, k in zip(rows, keep.tolist()) if not k]
+        hot += [(run_id, *r) for r in _point_rows(cols, ~keep)]
         if keep.any():
-            below[(int(n), int(la), int(c0))] = [r for r, k in zip(rows, keep.tolist()) if k]
+            below[(n, la, c0)] = _point_rows(cols, keep)
     if not cut:
         return 0
-    for table in segments.STOPPED.cleared:
-        segments.delete(conn, run_id, cut, table)
+    segments.delete(conn, run_id, cut, segments.STOPPED.partial)  # a folded row is a stopped run's partial segment
     back = [(n, la, c0, firsts[(n, la)][1]) for (n, la, c0) in below]
     segments.pack(conn, run_id, back, below, tables=segments.STOPPED)
     if hot:
@@ -132,14 +134,6 @@ def unfold(conn: Connection, run_id: int, steps: Mapping[int, int] | None = None
     if new_token:
         _new_token(conn, run_id)
     return len(hot)
-
-
-def _rows(n: int, la: int, steps: np.ndarray, tokens: np.ndarray, values: np.ndarray) -> list[tuple[Any, ...]]:
-    """(name_id, layer, step, tokens or None, value or None) rows of decoded points (NaN stored as NULL)."""
-    out = []
-    for s, t, v in zip(steps.tolist(), tokens.tolist(), values.tolist()):
-        out.append((n, la, s, None if t == NULL_INT else t, None if v != v else v))
-    return out
 
 
 def _new_token(conn: Connection, run_id: int) -> None:

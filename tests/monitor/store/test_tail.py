@@ -42,9 +42,9 @@ def points(steps: range, tokens: bool = True) -> list[Point]:
 
 
 class Run:
-    def __init__(self, store: SqlStore, db_url: str) -> None:
+    def __init__(self, store: SqlStore, db_url: str, name: str = "r") -> None:
         self.store, self.url = store, db_url
-        self.id = store.upsert_run("default", "r", {"status": "running"})[0].id
+        self.id = store.upsert_run("default", name, {"status": "running"})[0].id
         self.sent: dict[tuple[str, int | None, int], float] = {}
         self.tokens: dict[tuple[str, int | None, int], int | None] = {}
 
@@ -92,20 +92,14 @@ class Run:
 
     def spans(self) -> dict[tuple[int, int], tuple[int, int]]:
         """Per series (name id, layer): its newest chunk row's (first chunk, chunks covered)."""
+        sql = "SELECT name_id, layer, chunk, data FROM chunk_rows WHERE run_id = :r ORDER BY chunk"
+        out = {}
         with self.store.engine.connect() as conn:
-            rows = conn.execute(text("SELECT name_id, layer, chunk FROM chunk_rows WHERE run_id = :r"), {"r": self.id})
-            keys = [(int(n), int(la), int(c)) for n, la, c in rows]
-            out = {}
-            for n, la, c in sorted(keys):
-                blob = conn.execute(
-                    text(
-                        "SELECT data FROM chunk_rows WHERE run_id = :r AND name_id = :n AND layer = :l AND chunk = :c"
-                    ),
-                    {"r": self.id, "n": n, "l": la, "c": c},
-                ).scalar()
-                out[(n, la)] = (
-                    c,
-                    segcodec.span(bytes(blob)) if segcodec.version(bytes(blob)) == segcodec.VERSION else 1,
+            for n, la, c, data in conn.execute(text(sql), {"r": self.id}):
+                blob = bytes(data)
+                out[(int(n), int(la))] = (
+                    int(c),
+                    segcodec.span(blob) if segcodec.version(blob) == segcodec.VERSION else 1,
                 )
         return out
 
@@ -205,9 +199,7 @@ def test_0021_folds_stopped_runs_and_its_downgrade_puts_them_back(run: Run) -> N
 
     run.write(range(39))
     run.status("finished")
-    live = Run.__new__(Run)  # a second run, still running: neither direction touches it
-    live.store, live.url, live.sent, live.tokens = run.store, run.url, {}, {}
-    live.id = run.store.upsert_run("default", "live", {"status": "running"})[0].id
+    live = Run(run.store, run.url, "live")  # a second run, still running: neither direction touches it
     live.write(range(39))
     hot_live = live.hot_rows()
     migrate.downgrade(run.store.engine, BEFORE)
