@@ -23,7 +23,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from hyperwatch.monitor.store import packing
+from hyperwatch.monitor.store import packing, segcodec
 
 revision = "0014_compressed_segments"
 down_revision = "0013_webhooks"
@@ -45,7 +45,8 @@ def upgrade() -> None:
         op.add_column("metric_chunks", sa.Column(name, kind, nullable=True))
     if conn.dialect.name == "postgresql":
         op.execute("ALTER TABLE metric_chunks ALTER COLUMN data SET STORAGE EXTERNAL")
-    packing.pack_segments(conn)
+    with segcodec.writing(segcodec.V2):  # the blobs of this revision (version 3: 0022)
+        packing.pack_segments(conn)
 
 
 def downgrade() -> None:

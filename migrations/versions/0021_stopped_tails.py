@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from hyperwatch.monitor.store import packing, tail
+from hyperwatch.monitor.store import packing, segcodec, tail
 
 revision = "0021_stopped_tails"
 down_revision = "0020_latest_lags"
@@ -34,12 +34,14 @@ _STOPPED = sa.text("SELECT id FROM runs WHERE status <> 'running' ORDER BY id")
 def upgrade() -> None:
     conn = op.get_bind()
     packing.lock_for_move(conn, LOCKED)
-    for (run_id,) in conn.execute(_STOPPED).all():
-        tail.seal_stopped(conn, int(run_id))
+    with segcodec.writing(segcodec.V2):  # the blobs of this revision (version 3: 0022)
+        for (run_id,) in conn.execute(_STOPPED).all():
+            tail.seal_stopped(conn, int(run_id))
 
 
 def downgrade() -> None:
     conn = op.get_bind()
     packing.lock_for_move(conn, LOCKED)
-    for (run_id,) in conn.execute(_STOPPED).all():
-        tail.unfold(conn, int(run_id))
+    with segcodec.writing(segcodec.V2):
+        for (run_id,) in conn.execute(_STOPPED).all():
+            tail.unfold(conn, int(run_id))

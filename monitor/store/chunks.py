@@ -159,9 +159,9 @@ def seg_floor(chunk: int) -> int:
 
 def decode(chunk: int, blob: bytes) -> list[Cand]:
     """The points of a chunk or segment row, step-sorted, as ``metric_points`` would give them (NaN -> None)."""
-    version, flags, n = _HEAD.unpack_from(blob, 0)
-    if version == segcodec.VERSION:
+    if segcodec.is_segment(blob):
         return to_cands(*segcodec.decode(chunk * CHUNK_STEPS, blob))
+    version, flags, n = _HEAD.unpack_from(blob, 0)
     if version != VERSION:
         raise ValueError(f"metric_chunks.data: unknown format version {version} (this build reads {VERSION})")
     pos = _HEAD.size
@@ -207,7 +207,7 @@ def to_cands(steps: np.ndarray, tokens: np.ndarray, values: np.ndarray) -> list[
 
 def decode_columns(chunk: int, blob: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(steps, tokens with NULL_INT for none, values with NaN) of a chunk or segment row."""
-    if blob[0] == segcodec.VERSION:
+    if segcodec.is_segment(blob):
         return segcodec.decode(chunk * CHUNK_STEPS, blob)
     flags, n = blob[1], _HEAD.unpack_from(blob, 0)[2]
     if flags & DENSE and flags & (TOK_NONE | TOK_LINEAR):  # what training writes: fixed offsets
@@ -251,7 +251,7 @@ def columns_of_rows(
         if blob[0] == VERSION and blob[1] & DENSE and blob[1] & (TOK_NONE | TOK_LINEAR):
             same.setdefault((blob[1], len(blob)), []).append(i)
             continue
-        if blob[0] == segcodec.VERSION and not tokens:
+        if segcodec.is_segment(blob) and not tokens:
             steps, values = segcodec.decode_steps_values(chunk * CHUNK_STEPS, blob)
         else:
             steps, toks, values = decode_columns(chunk, blob)

@@ -22,7 +22,7 @@ from itertools import groupby
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from hyperwatch.monitor.store import chunks, segcodec, segments
+from hyperwatch.monitor.store import chunks, segcodec, segments, toast
 from hyperwatch.monitor.store.compact import boundary
 from hyperwatch.monitor.store.models import CHUNK_STEPS, SEGMENT_CHUNKS
 
@@ -142,7 +142,7 @@ def unpack_segments(conn: Connection) -> None:
             data = bytes(blob)
             pts = chunks.decode(int(c), data)
             points += pts
-            if data[0] == segcodec.VERSION:
+            if segcodec.is_segment(data):
                 conn.execute(
                     sa.text(f"DELETE FROM metric_chunks WHERE {KEY} AND chunk = :c"), {"r": r, "n": n, "l": la, "c": c}
                 )
@@ -168,3 +168,47 @@ def unpack_segments(conn: Connection) -> None:
                 )  # fmt: skip
         if rollups:
             conn.execute(insert_rollup, rollups)
+
+
+# -- revision 0022: segment blobs of version 3 (issue 36) ---------------------------------------------
+
+RECODED_TABLES = ("open_chunks", "metric_chunks")
+"""The tables whose segment blobs :func:`recode_segments` rewrites, in the order it locks them."""
+
+
+def recode_segments(conn: Connection, version: int, page: int = 500) -> int:
+    """Rewrite every segment blob of another format version as ``version`` (:mod:`.segcodec`), the
+    points, span and extremes as they were; the 16-step chunks (version 1) stay. Locks first (the runs
+    against writers on PostgreSQL, as revision 0016 does, then the chunk tables); reads each table in
+    pages of ``page`` rows by key. Returns the number of rows rewritten."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("LOCK TABLE runs IN SHARE ROW EXCLUSIVE MODE"))
+    lock_for_move(conn, RECODED_TABLES)
+    size, whole = toast.split_size(conn), toast.data_expr(conn.dialect.name)
+    done = 0
+    for table in RECODED_TABLES:
+        after = (-1, -1, -1, -1)
+        while True:
+            rows = conn.execute(
+                sa.text(
+                    f"SELECT run_id, name_id, layer, chunk, {whole} FROM {table} "
+                    "WHERE (run_id, name_id, layer, chunk) > (:r, :n, :l, :c) ORDER BY 1, 2, 3, 4 LIMIT :k"
+                ),
+                {"r": after[0], "n": after[1], "l": after[2], "c": after[3], "k": page},
+            ).all()
+            if not rows:
+                break
+            after = tuple(int(x) for x in rows[-1][:4])
+            new = []
+            for r, n, la, c, blob in rows:
+                data = bytes(blob)
+                if not segcodec.is_segment(data) or data[0] == version:
+                    continue
+                base = int(c) * CHUNK_STEPS
+                recoded = segcodec.encode(base, segcodec.span(data), *segcodec.decode(base, data), version=version)
+                d, ext = toast.split(recoded, size)
+                new.append({"r": r, "n": n, "l": la, "c": c, "d": d, "e": ext})
+            if new:
+                conn.execute(sa.text(f"UPDATE {table} SET data = :d, data_ext = :e WHERE {KEY} AND chunk = :c"), new)
+            done += len(new)
+    return done

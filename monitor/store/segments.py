@@ -205,7 +205,7 @@ def late_targets(
     for n, la, c, blob in read_in_ranges(
         conn, run_id, "t.chunk, t.data", CHUNK_ROWS, "chunk", "", [(n, la, c0, c0) for n, la, c0 in firsts]
     ):
-        if bytes(blob[:1])[0] == segcodec.VERSION:
+        if segcodec.is_segment(bytes(blob[:1])):
             spans[(int(n), int(la), int(c))] = segcodec.span(bytes(blob[:8]))
     out: dict[tuple[int, int, int], Target] = {}
     for n, la, c in late:

@@ -115,7 +115,7 @@ def unfold(conn: Connection, run_id: int, steps: Mapping[int, int] | None = None
     for n, la, c0, data in found:
         n, la, c0, blob = int(n), int(la), int(c0), bytes(data)
         edge = firsts[(n, la)][1]
-        if segcodec.version(blob) != segcodec.VERSION or c0 + segcodec.span(blob) <= edge:
+        if not segcodec.is_segment(blob) or c0 + segcodec.span(blob) <= edge:
             continue
         s, t, v = segcodec.decode(c0 * CHUNK_STEPS, blob)
         cut.append((n, la, c0, c0 + segcodec.span(blob)))

@@ -32,7 +32,7 @@ def _points(store: SqlStore, run_id: int) -> list[tuple[Any, ...]]:
 
 
 def _span(blob: bytes) -> int:
-    return segcodec.span(blob[:8]) if blob[0] == segcodec.VERSION else 1
+    return segcodec.span(blob[:8]) if segcodec.is_segment(blob) else 1
 
 
 def _pg_bytes(store: SqlStore, sizes: str) -> int:

@@ -74,13 +74,13 @@ def test_every_point_reads_back_bit_for_bit(store: SqlStore) -> None:
         versions = conn.execute(text("SELECT chunk, data FROM chunk_rows WHERE run_id = :r"), {"r": run.id}).all()
     expect = {(ids[n], la, s): v for (n, la, s), v in want.items()}
     assert _stored(store, run.id) == expect
-    assert {bytes(b)[0] for _c, b in versions} == {1, 2}
+    assert {bytes(b)[0] for _c, b in versions} == {1, segcodec.VERSION}
     assert all(int(c) % SEGMENT_CHUNKS == 0 for c, b in versions if bytes(b)[0] == 2)
 
     store.update_run(run.id, {"status": "finished"})  # a stopped run: its open ranges are packed too
     with store.engine.connect() as conn:
         rows = conn.execute(text("SELECT chunk, data FROM chunk_rows WHERE run_id = :r"), {"r": run.id}).all()
-    assert {bytes(b)[0] for _c, b in rows} == {2}
+    assert {bytes(b)[0] for _c, b in rows} == {segcodec.VERSION}
     assert _stored(store, run.id) == expect
     _send(store, run.id, want, [point(s, la) for s in (9, 2555, 4001, 4002) for la in range(4)])  # and after
     expect = {(ids[n], la, s): v for (n, la, s), v in want.items()}
@@ -142,7 +142,7 @@ def test_0014_moves_chunks_into_segments_and_back(db_url: str) -> None:
         assert _stored(store, run.id) == before
         with store.engine.connect() as conn:
             assert conn.execute(text("SELECT * FROM metric_rollups ORDER BY 2, 3, 4, 5, 6")).all() == rollups
-            assert {bytes(b)[0] for (b,) in conn.execute(text("SELECT data FROM chunk_rows"))} == {2}
+            assert {bytes(b)[0] for (b,) in conn.execute(text("SELECT data FROM chunk_rows"))} == {segcodec.VERSION}
     finally:
         store.close()
 

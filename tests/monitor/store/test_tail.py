@@ -99,7 +99,7 @@ class Run:
                 blob = bytes(data)
                 out[(int(n), int(la))] = (
                     int(c),
-                    segcodec.span(blob) if segcodec.version(blob) == segcodec.VERSION else 1,
+                    segcodec.span(blob) if segcodec.is_segment(blob) else 1,
                 )
         return out
 
@@ -187,7 +187,7 @@ def test_a_tail_that_ends_its_range_makes_no_rollup_until_the_range_seals(run: R
     run.check_every_point()
 
 
-BEFORE, AFTER = "0020_latest_lags", "0021_stopped_tails"
+BEFORE = "0020_latest_lags"
 
 
 def _folded(run: Run) -> bool:
@@ -206,7 +206,7 @@ def test_0021_folds_stopped_runs_and_its_downgrade_puts_them_back(run: Run) -> N
     assert run.hot_rows() > 0 and set(run.spans().values()) == {(0, 2)}  # the layout the code before expects
     run.check_every_point()
     migrate.upgrade(run.store.engine)
-    assert migrate.current_revision(run.store.engine) == AFTER == migrate.head_revision()
+    assert migrate.current_revision(run.store.engine) == migrate.head_revision()
     assert _folded(run) and live.hot_rows() == hot_live
     run.check_every_point()
     live.check_every_point()

@@ -18,6 +18,7 @@ from hyperwatch.monitor.store import SqlStore, chunks, migrate, segcodec, toast
 from tests.monitor.store.test_migration_writers import held_move
 
 BEFORE = "0015_open_chunks"
+V2_REVISION = "0021_stopped_tails"  # the last revision of segment blobs of version 2
 
 
 def test_chunk_size_is_postgresqls_for_each_page_size() -> None:
@@ -78,7 +79,7 @@ def test_segments_are_stored_cut_and_read_back_whole(store: SqlStore) -> None:
     _send(store, run.id, 2700)  # two whole segments per series, a partial one of 512 steps open
     pg = store.engine.dialect.name == "postgresql"
     raw = _raw(store)
-    segments = {k: v for k, v in raw.items() if (v[1] or v[0])[0] == segcodec.VERSION}
+    segments = {k: v for k, v in raw.items() if segcodec.is_segment(v[1] or v[0])}
     assert {k[0] for k in segments} == {"metric_chunks", "open_chunks"}
     for data, ext in raw.values():
         if pg and len((ext or b"") + data) >= 1996:
@@ -119,6 +120,7 @@ def test_0016_cuts_and_joins_every_blob_both_ways(db_url: str) -> None:
         migrate.upgrade(store.engine)
         run, _ = store.upsert_run("default", "r", {})
         _send(store, run.id, 2300)
+        migrate.downgrade(store.engine, V2_REVISION)  # the blobs as the writers of 0016-0021 cut them
         written, points = _raw(store), _points(store, run.id)
         migrate.downgrade(store.engine, BEFORE)
         assert all(c["name"] != "data_ext" for c in inspect(store.engine).get_columns("metric_chunks"))
@@ -128,8 +130,10 @@ def test_0016_cuts_and_joins_every_blob_both_ways(db_url: str) -> None:
                     d, ext = written[(table, int(n), int(la), int(c))]
                     assert bytes(data) == (ext or b"") + d
         assert _points(store, run.id) == points
-        migrate.upgrade(store.engine)  # cut again by the migration, as the writer cut them
+        migrate.upgrade(store.engine, V2_REVISION)  # cut again by the migration, as the writer cut them
         assert _raw(store) == written
+        assert _points(store, run.id) == points
+        migrate.upgrade(store.engine)
         assert _points(store, run.id) == points
     finally:
         store.close()
@@ -139,7 +143,7 @@ def _segment_writer(conn: Any) -> None:
     """A 0015 service's pack: steps 1024-2047 as one whole segment row in ``data`` (~8 KB)."""
     steps = np.arange(1024, 2048, dtype=np.int64)
     values = np.random.default_rng(3).random(1024) * 1e3
-    blob = segcodec.encode(1024, 64, steps, np.full(1024, -(2**63), dtype=np.int64), values)
+    blob = segcodec.encode(1024, 64, steps, np.full(1024, -(2**63), dtype=np.int64), values, version=segcodec.V2)
     assert len(blob) > 2 * 1996
     mark = "?" if type(conn).__module__.startswith("sqlite3") else "%s"
     cols = "run_id, name_id, layer, chunk, nonfinite, data"
