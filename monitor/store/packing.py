@@ -187,7 +187,7 @@ def recode_segments(conn: Connection, version: int, page: int = 500) -> int:
     size, whole = toast.split_size(conn), toast.data_expr(conn.dialect.name)
     done = 0
     for table in RECODED_TABLES:
-        after = (-1, -1, -1, -1)
+        after: tuple[int, ...] = (-1, -1, -1, -1)
         while True:
             rows = conn.execute(
                 sa.text(
