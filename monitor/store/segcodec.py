@@ -188,10 +188,6 @@ def _linear(off: np.ndarray, tok: np.ndarray) -> tuple[int, int] | None:
     return None
 
 
-def version(blob: bytes) -> int:
-    return blob[0]
-
-
 def span(blob: bytes) -> int:
     """The chunks of 16 steps a segment blob covers from its row's ``chunk`` (its first 8 bytes suffice)."""
     if blob[0] == V3:
